@@ -1,0 +1,45 @@
+"""bayes_nea: the differentiable rigid-body dynamics core (JAX).
+
+Importing this package enables float64 in JAX (see ``bayes_nea._config``; opt out with
+``BAYES_NEA_X64=0``).
+"""
+
+from bayes_nea._config import configure_precision
+
+X64 = configure_precision()
+
+from bayes_nea.dynamics import (  # noqa: E402
+    aba,
+    coriolis_matrix,
+    crba,
+    forward_kinematics,
+    gravity_torques,
+    kinetic_energy,
+    nonlinear_effects,
+    potential_energy,
+    rnea,
+    total_energy,
+)
+from bayes_nea.regressor import body_regressor, joint_torque_regressor  # noqa: E402
+from bayes_nea.robot import Robot, RobotParams, make_robot  # noqa: E402
+from bayes_nea.urdf import load_urdf  # noqa: E402
+
+__all__ = [
+    "Robot",
+    "RobotParams",
+    "X64",
+    "aba",
+    "body_regressor",
+    "coriolis_matrix",
+    "crba",
+    "forward_kinematics",
+    "gravity_torques",
+    "joint_torque_regressor",
+    "kinetic_energy",
+    "load_urdf",
+    "make_robot",
+    "nonlinear_effects",
+    "potential_energy",
+    "rnea",
+    "total_energy",
+]
