@@ -22,9 +22,30 @@ from bayes_nea.dynamics import (  # noqa: E402
 )
 from bayes_nea.regressor import body_regressor, joint_torque_regressor  # noqa: E402
 from bayes_nea.robot import Robot, RobotParams, make_robot  # noqa: E402
-from bayes_nea.urdf import load_urdf  # noqa: E402
+from bayes_nea.integrate import (  # noqa: E402
+    DEFAULT_DT,
+    Trajectory,
+    forward_dynamics,
+    integrate,
+    integrate_closed_loop,
+    rk4_step,
+)
+from bayes_nea.systems import DCMotor, cartpole, furuta, get_motor, get_system  # noqa: E402
+from bayes_nea.urdf import load_urdf, to_urdf  # noqa: E402
 
 __all__ = [
+    "DCMotor",
+    "DEFAULT_DT",
+    "Trajectory",
+    "cartpole",
+    "forward_dynamics",
+    "furuta",
+    "get_motor",
+    "get_system",
+    "integrate",
+    "integrate_closed_loop",
+    "rk4_step",
+    "to_urdf",
     "Robot",
     "RobotParams",
     "X64",

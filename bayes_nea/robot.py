@@ -46,7 +46,7 @@ class RobotParams(NamedTuple):
         return RobotParams(*(jnp.asarray(x, dtype=dtype) for x in self))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Robot:
     """A fixed-base kinematic tree with ``n`` movable (revolute or prismatic) joints.
 
@@ -61,7 +61,8 @@ class Robot:
         continuous: (n,) True for URDF ``continuous`` joints (no position limits).
         damping, friction: (n,) URDF ``<dynamics>`` values, kept as data; no algorithm here applies
             them (as Pinocchio's ``rnea``/``aba``), actuator models may.
-        lower, upper, velocity_limit, effort_limit: (n,) URDF ``<limit>`` values (``inf`` if absent).
+        lower, upper, velocity_limit, effort_limit: (n,) URDF ``<limit>`` values (``inf`` if absent);
+            ``effort_limit`` 0 marks an unactuated joint (e.g. a pendulum).
         gravity: default gravity (3,) in the base frame, m/s^2.
     """
 
@@ -85,6 +86,11 @@ class Robot:
     def n(self) -> int:
         """Number of movable joints (= bodies = degrees of freedom)."""
         return len(self.joint_names)
+
+    @property
+    def actuated(self) -> tuple[bool, ...]:
+        """(n,) whether each joint is driven: an effort limit of 0 marks an unactuated joint."""
+        return tuple(e != 0 for e in self.effort_limit)
 
     def children(self, i: int) -> tuple[int, ...]:
         """Indices of the bodies whose parent is body ``i`` (``-1``: the base)."""

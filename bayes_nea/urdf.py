@@ -71,13 +71,19 @@ def _origin(elem, what: str) -> tuple[np.ndarray, np.ndarray]:
     return _rpy_matrix(rpy), xyz
 
 
+_UNBOUNDED = 1e300  # limits at or beyond this magnitude mean "no limit" (see to_urdf)
+
+
 def _attr(elem, name: str, default: float, what: str) -> float:
     if elem is None or elem.get(name) is None:
         return default
     try:
-        return float(elem.get(name))
+        value = float(elem.get(name))
     except ValueError:
         raise ValueError(f"malformed URDF: {what} {name}={elem.get(name)!r} is not a number") from None
+    if np.isnan(value):
+        raise ValueError(f"malformed URDF: {what} {name} is NaN")
+    return np.copysign(np.inf, value) if abs(value) >= _UNBOUNDED else value
 
 
 def _link_inertia(link) -> tuple[float, np.ndarray, np.ndarray]:
@@ -326,3 +332,48 @@ def _check_inertia_carried(names, parents, kinds, axes, theta) -> None:
                     f"revolute joint {names[i]!r} carries no inertia about its axis, so the "
                     "mass matrix is singular"
                 )
+
+
+def to_urdf(robot: Robot, params=None) -> str:
+    """URDF text of ``robot`` (with ``params`` or the nominal parameters).
+
+    Each body becomes a link whose frame is its joint frame; inertias are written about the CoM.
+    ``load_urdf(to_urdf(robot))`` reproduces the robot, and Pinocchio reads the same model.
+    """
+    params = robot.nominal if params is None else params
+    theta, rpy, xyz = (np.asarray(x, dtype=float) for x in params)
+    kind = {REVOLUTE: "revolute", PRISMATIC: "prismatic"}
+    lines = [f'<robot name="{robot.name}">', '  <link name="base_link"/>']
+    fmt = lambda v: " ".join(repr(float(x)) for x in v)
+    for i in range(robot.n):
+        m, h = theta[i, 0], theta[i, 1:4]
+        c = h / m if m > 0 else np.zeros(3)
+        I = np.array(
+            [[theta[i, 4], theta[i, 5], theta[i, 7]],
+             [theta[i, 5], theta[i, 6], theta[i, 8]],
+             [theta[i, 7], theta[i, 8], theta[i, 9]]]
+        )
+        Ic = I - m * _skew(c).T @ _skew(c)
+        parent = "base_link" if robot.parents[i] < 0 else robot.body_names[robot.parents[i]]
+        jtype = "continuous" if robot.continuous[i] else kind[robot.joint_types[i]]
+        # urdfdom needs effort and velocity; unbounded values are written as +-1e300
+        attrs = {"effort": robot.effort_limit[i], "velocity": robot.velocity_limit[i]}
+        if jtype != "continuous":
+            attrs.update(lower=robot.lower[i], upper=robot.upper[i])
+        limit = "<limit " + " ".join(
+                f'{k}="{float(np.clip(v, -_UNBOUNDED, _UNBOUNDED))!r}"' for k, v in attrs.items()
+            ) + "/>"
+        lines += [
+            f'  <link name="{robot.body_names[i]}">',
+            f'    <inertial><origin xyz="{fmt(c)}" rpy="0 0 0"/><mass value="{float(m)!r}"/>'
+            f'<inertia ixx="{float(Ic[0, 0])!r}" ixy="{float(Ic[0, 1])!r}" ixz="{float(Ic[0, 2])!r}" '
+            f'iyy="{float(Ic[1, 1])!r}" iyz="{float(Ic[1, 2])!r}" izz="{float(Ic[2, 2])!r}"/></inertial>',
+            "  </link>",
+            f'  <joint name="{robot.joint_names[i]}" type="{jtype}">',
+            f'    <parent link="{parent}"/><child link="{robot.body_names[i]}"/>',
+            f'    <origin xyz="{fmt(xyz[i])}" rpy="{fmt(rpy[i])}"/><axis xyz="{fmt(robot.axes[i])}"/>',
+            f'    {limit}<dynamics damping="{robot.damping[i]!r}" friction="{robot.friction[i]!r}"/>',
+            "  </joint>",
+        ]
+    lines.append("</robot>")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""The ``bayes-nea`` command line: a thin shell over library calls (see ``cli.main``)."""

@@ -1,0 +1,50 @@
+"""``bayes-nea`` entry point.
+
+Each subcommand lives in its own module ``cli/<name>.py`` exposing ``HELP`` (one line),
+``add_arguments(parser)`` and ``run(args) -> int``. Those modules import nothing heavy at module
+level (JAX, NumPyro, ArviZ are imported inside ``run``), so ``bayes-nea --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = ("demo", "simulate")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bayes-nea",
+        description="Bayesian identification of robot multi-body dynamics.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"cli.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"cli.{name}":
+                raise
+            continue
+        p = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except ValueError as err:
+        print(f"bayes-nea {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
