@@ -46,7 +46,7 @@ def joint_transforms(robot: Robot, params: RobotParams, q: jax.Array) -> tuple[j
     angle = jnp.where(revolute, q, 0.0)
     K = _skew_batch(axes).astype(R_O.dtype)  # (n, 3, 3)
     s, c = jnp.sin(angle)[:, None, None], jnp.cos(angle)[:, None, None]
-    R_q = jnp.eye(3, dtype=R_O.dtype) + s * K + (1 - c) * (K @ K)
+    R_q = jnp.eye(3, dtype=R_O.dtype)[None] + s * K + (1 - c) * (K @ K)
     p_q = jnp.where(prismatic[:, None], axes * q[:, None], 0.0)
     R = R_O @ R_q
     p = p_O + jnp.einsum("nij,nj->ni", R_O, p_q)
