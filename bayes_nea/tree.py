@@ -40,11 +40,11 @@ def joint_transforms(robot: Robot, params: RobotParams, q: jax.Array) -> tuple[j
     Revolute joints rotate about their axis (Rodrigues), prismatic joints translate along it.
     """
     R_O, p_O = placement_transforms(params)
-    axes = np.asarray(robot.axes)  # static (n, 3)
+    axes = np.asarray(robot.axes, dtype=R_O.dtype)  # static (n, 3)
     revolute = np.array([t == REVOLUTE for t in robot.joint_types])
     prismatic = np.array([t == PRISMATIC for t in robot.joint_types])
     angle = jnp.where(revolute, q, 0.0)
-    K = _skew_batch(axes).astype(R_O.dtype)  # (n, 3, 3)
+    K = _skew_batch(axes)  # (n, 3, 3)
     s, c = jnp.sin(angle)[:, None, None], jnp.cos(angle)[:, None, None]
     R_q = jnp.eye(3, dtype=R_O.dtype)[None] + s * K + (1 - c) * (K @ K)
     p_q = jnp.where(prismatic[:, None], axes * q[:, None], 0.0)
@@ -54,7 +54,7 @@ def joint_transforms(robot: Robot, params: RobotParams, q: jax.Array) -> tuple[j
 
 
 def _skew_batch(a: np.ndarray) -> np.ndarray:
-    z = np.zeros(len(a))
+    z = np.zeros(len(a), a.dtype)
     return np.stack(
         [
             np.stack([z, -a[:, 2], a[:, 1]], -1),

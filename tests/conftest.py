@@ -14,7 +14,9 @@ import pytest
 
 import bayes_nea as bn
 
+# Strict promotion catches accidental float64 in float32 paths and silent broadcasting.
 jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 GRAVITY = np.array([0.0, 0.0, -9.81])
 PANDA_FINGERS = ("panda_finger_joint1", "panda_finger_joint2")
