@@ -54,6 +54,7 @@ non-physical theta gives NaN.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
@@ -375,6 +376,14 @@ class Parameterization:
     inverse: Callable[[Array], Array] = dataclasses.field(repr=False)
     margin: float | None = 0.0
 
+    @functools.cached_property
+    def _batched_forward(self) -> Callable[[Array], Array]:
+        return jax.jit(jax.vmap(self.forward))
+
+    @functools.cached_property
+    def _batched_inverse(self) -> Callable[[Array], Array]:
+        return jax.jit(jax.vmap(self.inverse))
+
     def to_theta(self, x: Array) -> Array:
         """theta (10,) of one body's parameters ``x`` (dim,).
 
@@ -412,7 +421,7 @@ class Parameterization:
             index = "" if t.ndim == 2 and t.shape[0] == 1 else f" (body {first[0] if len(first) == 1 else first})"
             need = "> 0 (positive definite)" if self.margin == 0 else f"> {self.margin:g} (its bias r)"
             raise ValueError(
-                f"{what}{index} = {np.array2string(t[first], precision=4)} is outside the image of "
+                f"{what}{index} = {np.array2string(t[first], precision=4, max_line_width=10**6)} is outside the image of "
                 f"the {self.name!r} parameterisation: the smallest eigenvalue of its pseudo-inertia "
                 f"is {lam[first]:.3g}, which must be {need}; {int(bad.sum())} of {bad.size} "
                 "bodies fail. Check with is_physically_consistent, or use the 'theta' "
@@ -531,7 +540,7 @@ def bodies_to_theta(parameterization: str | Parameterization, x: Array) -> Array
     x = jnp.asarray(x)
     _check_last(x, p.dim, f"{p.name} parameters", min_ndim=1)
     flat = _floating(x).reshape(-1, p.dim)
-    return jax.vmap(p.forward)(flat).reshape(*x.shape[:-1], 10)
+    return p._batched_forward(flat).reshape(*x.shape[:-1], 10)
 
 
 def bodies_from_theta(parameterization: str | Parameterization, theta: Array) -> Array:
@@ -546,7 +555,7 @@ def bodies_from_theta(parameterization: str | Parameterization, theta: Array) ->
     _check_last(theta, 10, "theta", min_ndim=1)
     p._check_domain(theta, "theta")
     flat = _floating(theta).reshape(-1, 10)
-    return jax.vmap(p.inverse)(flat).reshape(*theta.shape[:-1], p.dim)
+    return p._batched_inverse(flat).reshape(*theta.shape[:-1], p.dim)
 
 
 # --- helpers ----------------------------------------------------------------------------------
