@@ -8,6 +8,7 @@ from bayes_nea._config import configure_precision
 
 X64 = configure_precision()
 
+from bayes_nea.base_parameters import BaseParameters, base_parameters, sample_states  # noqa: E402
 from bayes_nea.dynamics import (  # noqa: E402
     aba,
     coriolis_matrix,
@@ -22,6 +23,18 @@ from bayes_nea.dynamics import (  # noqa: E402
 )
 from bayes_nea.regressor import body_regressor, joint_torque_regressor  # noqa: E402
 from bayes_nea.robot import Robot, RobotParams, make_robot  # noqa: E402
+from bayes_nea.inertia import (  # noqa: E402
+    PARAMETERIZATION_NAMES,
+    Parameterization,
+    bodies_from_theta,
+    bodies_to_theta,
+    check_physically_consistent,
+    get_parameterization,
+    is_physically_consistent,
+    pseudo_inertia,
+    pseudo_inertia_min_eigenvalue,
+    theta_from_pseudo_inertia,
+)
 from bayes_nea.integrate import (  # noqa: E402
     DEFAULT_DT,
     Trajectory,
@@ -30,6 +43,8 @@ from bayes_nea.integrate import (  # noqa: E402
     integrate_closed_loop,
     rk4_step,
 )
+from bayes_nea.kinematics import joint_placement, z_axis_form, z_axis_params, z_joint_transform  # noqa: E402
+from bayes_nea.positive import PositiveMap, get_positive_map  # noqa: E402
 from bayes_nea.systems import DCMotor, cartpole, furuta, get_motor, get_system  # noqa: E402
 from bayes_nea.urdf import load_urdf, to_urdf  # noqa: E402
 
@@ -63,4 +78,23 @@ __all__ = [
     "potential_energy",
     "rnea",
     "total_energy",
+    "BaseParameters",
+    "base_parameters",
+    "sample_states",
+    "PARAMETERIZATION_NAMES",
+    "Parameterization",
+    "bodies_from_theta",
+    "bodies_to_theta",
+    "check_physically_consistent",
+    "get_parameterization",
+    "is_physically_consistent",
+    "pseudo_inertia",
+    "pseudo_inertia_min_eigenvalue",
+    "theta_from_pseudo_inertia",
+    "joint_placement",
+    "z_axis_form",
+    "z_axis_params",
+    "z_joint_transform",
+    "PositiveMap",
+    "get_positive_map",
 ]
