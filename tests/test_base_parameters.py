@@ -88,9 +88,11 @@ def test_deterministic_given_seed_and_stable_across_seeds():
     a, b = bn.base_parameters(robot, 7, n_samples=20), bn.base_parameters(robot, 7, n_samples=20)
     np.testing.assert_array_equal(a.to_base, b.to_base)
     assert a.independent == b.independent and a.names == b.names
+    # other states may pick other independent columns, but the identifiable subspace (the row
+    # space of B, i.e. of the stacked regressor) is the same
     c = bn.base_parameters(robot, jax.random.key(8), n_samples=20)
     assert c.n_base == a.n_base
-    np.testing.assert_allclose(c.to_base, a.to_base, atol=1e-9)  # same structure from other states
+    assert np.linalg.matrix_rank(np.concatenate([a.to_base, c.to_base])) == a.n_base
 
 
 def test_zero_gravity_identifies_fewer_parameters():
