@@ -478,7 +478,7 @@ _PARAMETERIZATIONS = {
         10,
         tuple(f"T{i}{j}" for i, j in zip(*_TRIU, strict=True)),
         True,
-        "matrix logarithm of the pseudo-inertia, upper triangle (Rucker & Wensing 2022, sec. III)",
+        "matrix logarithm of the pseudo-inertia, upper triangle (linear-parametrisation notes)",
         matrix_exp_to_theta,
         matrix_exp_from_theta,
     ),
