@@ -21,8 +21,6 @@ from bayes_nea.dynamics import (  # noqa: E402
     rnea,
     total_energy,
 )
-from bayes_nea.regressor import body_regressor, joint_torque_regressor  # noqa: E402
-from bayes_nea.robot import Robot, RobotParams, make_robot  # noqa: E402
 from bayes_nea.inertia import (  # noqa: E402
     PARAMETERIZATION_NAMES,
     Parameterization,
@@ -45,6 +43,8 @@ from bayes_nea.integrate import (  # noqa: E402
 )
 from bayes_nea.kinematics import joint_placement, z_axis_form, z_axis_params, z_joint_transform  # noqa: E402
 from bayes_nea.positive import PositiveMap, get_positive_map  # noqa: E402
+from bayes_nea.regressor import body_regressor, joint_torque_regressor  # noqa: E402
+from bayes_nea.robot import Robot, RobotParams, make_robot  # noqa: E402
 from bayes_nea.systems import DCMotor, cartpole, furuta, get_motor, get_system  # noqa: E402
 from bayes_nea.urdf import load_urdf, to_urdf  # noqa: E402
 

@@ -3,7 +3,8 @@
 ``tau = Y(q, qd, qdd) theta`` with theta the (10 n,) stack of per-body inertial parameters in joint
 order (CONVENTIONS.md). Built from body regressors as in the linear-parametrisation notes: the
 wrench of body j is ``f_j = A(v_j, a_j) theta_j``, carried to every ancestor i and projected on its
-motion subspace: ``Y[i, j] = s_i^T X*_{i<-j} A_j`` for j in the subtree of i.
+motion subspace: ``Y[i, j] = s_i^T X*_{i<-j} A_j`` for j in the subtree of i. The transport is
+done on the (6, n) body Jacobians rather than on (6, 10) blocks: ``Y[i, j] = J_j[:, i]^T A_j``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 from bayes_nea import spatial as sp
 from bayes_nea.dynamics import _base_acceleration, _kinematics, check_state
 from bayes_nea.robot import Robot, RobotParams
-from bayes_nea.tree import backward_pass, resolve
+from bayes_nea.tree import body_jacobians, resolve
 
 
 def _inertia_regressor(v: jax.Array) -> jax.Array:
@@ -66,11 +67,7 @@ def joint_torque_regressor(
     n = robot.n
     R, p, S, va = _kinematics(robot, params, q, qd, qdd, _base_acceleration(robot, gravity, dtype))
 
-    def own_block(j):
-        A = body_regressor(*va[j])
-        return jnp.zeros((6, n, 10), dtype).at[:, j, :].set(A).reshape(6, 10 * n)
-
-    def visit(i, F):
-        return S[i] @ F, sp.act_force(R[i], p[i], F)
-
-    return jnp.stack(backward_pass(robot, visit, [own_block(j) for j in range(n)]))
+    A = jnp.stack([body_regressor(v, a) for v, a in va])  # (n, 6, 10)
+    J = body_jacobians(robot, R, p, S)  # (n, 6, n)
+    # Y[i, block j] = s_i^T X*_{i<-j} A_j = (X_{j<-i} s_i)^T A_j = J_j[:, i]^T A_j
+    return jnp.einsum("jki,jkl->ijl", J, A).reshape(n, 10 * n)

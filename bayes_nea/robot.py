@@ -129,8 +129,19 @@ class Robot:
 
     def __post_init__(self):
         n = len(self.joint_names)
-        for field in ("body_names", "parents", "joint_types", "axes", "continuous", "damping",
-                      "friction", "lower", "upper", "velocity_limit", "effort_limit"):
+        for field in (
+            "body_names",
+            "parents",
+            "joint_types",
+            "axes",
+            "continuous",
+            "damping",
+            "friction",
+            "lower",
+            "upper",
+            "velocity_limit",
+            "effort_limit",
+        ):
             if len(getattr(self, field)) != n:
                 raise ValueError(
                     f"robot {self.name!r}: {field} has {len(getattr(self, field))} entries, "

@@ -147,9 +147,7 @@ def theta_from_com(mass: Array, com: Array, inertia_com: Array) -> Array:
     """
     S = skew(com)
     I = inertia_com + mass * S.T @ S
-    return jnp.stack(
-        [mass, *(mass * com), I[0, 0], I[0, 1], I[1, 1], I[0, 2], I[1, 2], I[2, 2]]
-    )
+    return jnp.stack([mass, *(mass * com), I[0, 0], I[0, 1], I[1, 1], I[0, 2], I[1, 2], I[2, 2]])
 
 
 # --- blockwise actions (no 6x6 matrices); v may be (6,) or (6, k) -------------------------
@@ -202,4 +200,6 @@ def inertia_apply(theta: Array, v: Array) -> Array:
     """``I v`` for a spatial inertia given by theta (10,): ``[m v - h x w; h x v + I_rot w]``."""
     m, h = theta[0], theta[1:4]
     vl, w = v[:3], v[3:]
-    return jnp.concatenate([m * vl - jnp.cross(h, w), jnp.cross(h, vl) + rotational_inertia(theta) @ w])
+    return jnp.concatenate(
+        [m * vl - jnp.cross(h, w), jnp.cross(h, vl) + rotational_inertia(theta) @ w]
+    )

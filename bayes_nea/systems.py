@@ -65,7 +65,9 @@ def cartpole() -> Robot:
     """
     a, b, c = _CART_BOX
     m_c = CARTPOLE_CART_MASS
-    cart = _rod_theta(m_c, np.zeros(3), m_c / 12 * np.array([b * b + c * c, a * a + c * c, a * a + b * b]))
+    cart = _rod_theta(
+        m_c, np.zeros(3), m_c / 12 * np.array([b * b + c * c, a * a + c * c, a * a + b * b])
+    )
     m_p, r = CARTPOLE_POLE_MASS, _POLE_RADIUS
     pole = _rod_theta(
         m_p,
@@ -121,7 +123,9 @@ def furuta() -> Robot:
     m_r, L_r, J_r = FURUTA_ARM_MASS, FURUTA_ARM_LENGTH, FURUTA_ARM_INERTIA
     arm = _rod_theta(m_r, np.array([L_r / 2, 0.0, 0.0]), [m_r * _ARM_RADIUS**2 / 2, J_r, J_r])
     m_p, L_p, J_p = FURUTA_POLE_MASS, FURUTA_POLE_LENGTH, FURUTA_POLE_INERTIA
-    pole = _rod_theta(m_p, np.array([0.0, 0.0, -L_p / 2]), [J_p, J_p, m_p * _FURUTA_POLE_RADIUS**2 / 2])
+    pole = _rod_theta(
+        m_p, np.array([0.0, 0.0, -L_p / 2]), [J_p, J_p, m_p * _FURUTA_POLE_RADIUS**2 / 2]
+    )
     return make_robot(
         "furuta",
         joint_names=("arm", "pendulum"),

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_nea.robot import PRISMATIC, REVOLUTE, Robot, RobotParams
-from bayes_nea.spatial import rpy_to_matrix
+from bayes_nea.spatial import inv_act_motion, rpy_to_matrix
 
 
 def resolve(robot: Robot, params: RobotParams | None, *arrays) -> tuple[RobotParams, Any]:
@@ -34,7 +34,9 @@ def placement_transforms(params: RobotParams) -> tuple[jax.Array, jax.Array]:
     return jax.vmap(rpy_to_matrix)(params.rpy), params.xyz
 
 
-def joint_transforms(robot: Robot, params: RobotParams, q: jax.Array) -> tuple[jax.Array, jax.Array]:
+def joint_transforms(
+    robot: Robot, params: RobotParams, q: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """``T_{parent, i}(q) = T_O,i T_q,i(q_i)`` for all joints at once: R (n, 3, 3), p (n, 3).
 
     Revolute joints rotate about their axis (Rodrigues), prismatic joints translate along it.
@@ -92,6 +94,22 @@ def backward_pass(
         if parent >= 0:
             acc[parent] = jax.tree_util.tree_map(jnp.add, acc[parent], to_parent)
     return out
+
+
+def body_jacobians(robot: Robot, R: jax.Array, p: jax.Array, S: list[jax.Array]) -> jax.Array:
+    """Body Jacobians J (n, 6, n): body i's twist in its own frame is ``v_i = J[i] @ qd``.
+
+    ``J_i = Ad_{T_{parent,i}^-1} J_parent + s_i e_i^T`` (one forward pass; column k is joint k's
+    motion subspace seen from body i, zero unless k is an ancestor of i).
+    """
+    n = robot.n
+    unit = np.eye(n, dtype=R.dtype)
+
+    def visit(i, J_parent):
+        J = jnp.outer(S[i], unit[i])
+        return J if J_parent is None else J + inv_act_motion(R[i], p[i], J_parent)
+
+    return jnp.stack(forward_pass(robot, visit, None))
 
 
 def subtree_mask(robot: Robot) -> np.ndarray:

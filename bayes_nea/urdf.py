@@ -80,7 +80,9 @@ def _attr(elem, name: str, default: float, what: str) -> float:
     try:
         value = float(elem.get(name))
     except ValueError:
-        raise ValueError(f"malformed URDF: {what} {name}={elem.get(name)!r} is not a number") from None
+        raise ValueError(
+            f"malformed URDF: {what} {name}={elem.get(name)!r} is not a number"
+        ) from None
     if np.isnan(value):
         raise ValueError(f"malformed URDF: {what} {name} is NaN")
     return np.copysign(np.inf, value) if abs(value) >= _UNBOUNDED else value
@@ -125,9 +127,7 @@ class _Body:
 
     def theta(self) -> np.ndarray:
         I, h = self.inertia_origin, self.first_moment
-        return np.array(
-            [self.mass, *h, I[0, 0], I[0, 1], I[1, 1], I[0, 2], I[1, 2], I[2, 2]]
-        )
+        return np.array([self.mass, *h, I[0, 0], I[0, 1], I[1, 1], I[0, 2], I[1, 2], I[2, 2]])
 
 
 def load_urdf(
@@ -243,7 +243,9 @@ def load_urdf(
             R_j, p_j = R_bl @ R_o, R_bl @ p_o + p_bl  # joint frame in the body frame
             axis = _floats(
                 joint.find("axis").get("xyz") if joint.find("axis") is not None else None,
-                3, [1, 0, 0], f"joint {jname!r} axis",
+                3,
+                [1, 0, 0],
+                f"joint {jname!r} axis",
             )
             if kind in _MOVABLE and jname not in lock_joints:
                 if joint.find("mimic") is not None:
@@ -349,9 +351,11 @@ def to_urdf(robot: Robot, params=None) -> str:
         m, h = theta[i, 0], theta[i, 1:4]
         c = h / m if m > 0 else np.zeros(3)
         I = np.array(
-            [[theta[i, 4], theta[i, 5], theta[i, 7]],
-             [theta[i, 5], theta[i, 6], theta[i, 8]],
-             [theta[i, 7], theta[i, 8], theta[i, 9]]]
+            [
+                [theta[i, 4], theta[i, 5], theta[i, 7]],
+                [theta[i, 5], theta[i, 6], theta[i, 8]],
+                [theta[i, 7], theta[i, 8], theta[i, 9]],
+            ]
         )
         Ic = I - m * _skew(c).T @ _skew(c)
         parent = "base_link" if robot.parents[i] < 0 else robot.body_names[robot.parents[i]]
@@ -360,9 +364,13 @@ def to_urdf(robot: Robot, params=None) -> str:
         attrs = {"effort": robot.effort_limit[i], "velocity": robot.velocity_limit[i]}
         if jtype != "continuous":
             attrs.update(lower=robot.lower[i], upper=robot.upper[i])
-        limit = "<limit " + " ".join(
+        limit = (
+            "<limit "
+            + " ".join(
                 f'{k}="{float(np.clip(v, -_UNBOUNDED, _UNBOUNDED))!r}"' for k, v in attrs.items()
-            ) + "/>"
+            )
+            + "/>"
+        )
         lines += [
             f'  <link name="{robot.body_names[i]}">',
             f'    <inertial><origin xyz="{fmt(c)}" rpy="0 0 0"/><mass value="{float(m)!r}"/>'

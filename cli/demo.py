@@ -44,8 +44,10 @@ def run(args) -> int:
     energy = np.asarray(energy)
     drift = np.abs(energy - energy[0]).max()
     print(f"system: {robot.name}  joints: {', '.join(robot.joint_names)}")
-    print(f"uncontrolled swing from pendulum angle {args.angle} rad, {args.duration} s at "
-          f"{args.rate:g} Hz (RK4, {steps} steps)")
+    print(
+        f"uncontrolled swing from pendulum angle {args.angle} rad, {args.duration} s at "
+        f"{args.rate:g} Hz (RK4, {steps} steps)"
+    )
     for k in np.linspace(0, steps, 6).astype(int):
         q = ", ".join(f"{x:+.4f}" for x in np.asarray(traj.q[k]))
         print(f"  t = {float(traj.t[k]):6.2f} s   q = [{q}]   E = {energy[k]:+.9f} J")

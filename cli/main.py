@@ -1,6 +1,6 @@
 """``bayes-nea`` entry point.
 
-Each subcommand lives in its own module ``cli/<name>.py`` exposing ``HELP`` (one line),
+Each subcommand lives in its own module ``cli/<name>.py`` (hyphens become underscores) exposing ``HELP`` (one line),
 ``add_arguments(parser)`` and ``run(args) -> int``. Those modules import nothing heavy at module
 level (JAX, NumPyro, ArviZ are imported inside ``run``), so ``bayes-nea --help`` is instant.
 """
@@ -11,7 +11,16 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ("demo", "simulate")
+SUBCOMMANDS = (
+    "demo",
+    "simulate",
+    "variants",
+    "fit",
+    "rollout",
+    "check-controller",
+    "benchmark",
+    "report",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,9 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:
-            module = importlib.import_module(f"cli.{name}")
+            module = importlib.import_module(f"cli.{name.replace('-', '_')}")
         except ModuleNotFoundError as err:
-            if err.name != f"cli.{name}":
+            if err.name != f"cli.{name.replace('-', '_')}":
                 raise
             continue
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)

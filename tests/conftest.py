@@ -55,8 +55,11 @@ class Reference:
 
     def random_states(self, rng: np.random.Generator, count: int):
         n = self.robot.n
-        return (rng.uniform(-np.pi, np.pi, (count, n)), rng.normal(0, 2, (count, n)),
-                rng.normal(0, 3, (count, n)))
+        return (
+            rng.uniform(-np.pi, np.pi, (count, n)),
+            rng.normal(0, 2, (count, n)),
+            rng.normal(0, 3, (count, n)),
+        )
 
 
 def panda_reference() -> Reference:

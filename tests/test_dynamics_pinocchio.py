@@ -6,7 +6,6 @@ prismatic and continuous joints.
 """
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 import pytest
@@ -38,7 +37,9 @@ def batched(reference):
         "rnea": jax.jit(jax.vmap(lambda q, qd, qdd: bn.rnea(robot, q, qd, qdd))),
         "aba": jax.jit(jax.vmap(lambda q, qd, tau: bn.aba(robot, q, qd, tau))),
         "crba": jax.jit(jax.vmap(lambda q: bn.crba(robot, q))),
-        "regressor": jax.jit(jax.vmap(lambda q, qd, qdd: bn.joint_torque_regressor(robot, q, qd, qdd))),
+        "regressor": jax.jit(
+            jax.vmap(lambda q, qd, qdd: bn.joint_torque_regressor(robot, q, qd, qdd))
+        ),
     }
 
 
@@ -90,11 +91,20 @@ def test_bias_gravity_energy_and_coriolis(reference, states):
     q, qd, _ = states
     for k in range(2):
         qp = reference.q_pin(q[k])
-        assert_close(bn.nonlinear_effects(robot, q[k], qd[k]), pin.nonLinearEffects(model, data, qp, qd[k]))
-        assert_close(bn.gravity_torques(robot, q[k]), pin.computeGeneralizedGravity(model, data, qp))
-        assert_close(bn.kinetic_energy(robot, q[k], qd[k]), pin.computeKineticEnergy(model, data, qp, qd[k]))
+        assert_close(
+            bn.nonlinear_effects(robot, q[k], qd[k]), pin.nonLinearEffects(model, data, qp, qd[k])
+        )
+        assert_close(
+            bn.gravity_torques(robot, q[k]), pin.computeGeneralizedGravity(model, data, qp)
+        )
+        assert_close(
+            bn.kinetic_energy(robot, q[k], qd[k]), pin.computeKineticEnergy(model, data, qp, qd[k])
+        )
         assert_close(bn.potential_energy(robot, q[k]), pin.computePotentialEnergy(model, data, qp))
-        assert_close(bn.coriolis_matrix(robot, q[k], qd[k]), pin.computeCoriolisMatrix(model, data, qp, qd[k]))
+        assert_close(
+            bn.coriolis_matrix(robot, q[k], qd[k]),
+            pin.computeCoriolisMatrix(model, data, qp, qd[k]),
+        )
 
 
 def test_forward_kinematics(reference, states):
@@ -115,7 +125,9 @@ def test_external_wrenches(reference, states):
     qp = reference.q_pin(q)
     tau_pin = pin.rnea(model, data, qp, qd, qdd, fext_pin)
     assert_close(bn.rnea(robot, q, qd, qdd, f_ext=f_ext), tau_pin)
-    assert_close(bn.aba(robot, q, qd, tau_pin, f_ext=f_ext), pin.aba(model, data, qp, qd, tau_pin, fext_pin))
+    assert_close(
+        bn.aba(robot, q, qd, tau_pin, f_ext=f_ext), pin.aba(model, data, qp, qd, tau_pin, fext_pin)
+    )
 
 
 def test_gravity_is_settable(reference, states):

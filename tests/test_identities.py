@@ -120,6 +120,7 @@ def test_state_gradients_match_finite_differences(case):
     tau = bn.rnea(robot, q, qd, qdd)
     grads = jax.grad(loss, argnums=(0, 1, 2))(q, qd, tau)
     for k, x in enumerate((q, qd, tau)):
+
         def f(y, k=k):
             args = [q, qd, tau]
             args[k] = y

@@ -21,7 +21,9 @@ def test_free_fall_is_exact():
       <joint name="z" type="prismatic"><parent link="base"/><child link="box"/><axis xyz="0 0 1"/>
       <limit lower="-100" upper="100" effort="10" velocity="100"/></joint></robot>"""
     robot = bn.load_urdf(text)
-    traj = bn.integrate(bn.forward_dynamics(robot), jnp.array([1.0]), jnp.array([0.5]), jnp.zeros((250, 1)))
+    traj = bn.integrate(
+        bn.forward_dynamics(robot), jnp.array([1.0]), jnp.array([0.5]), jnp.zeros((250, 1))
+    )
     t = np.asarray(traj.t)
     np.testing.assert_allclose(traj.q[:, 0], 1.0 + 0.5 * t - 0.5 * 9.81 * t**2, atol=1e-12)
     np.testing.assert_allclose(traj.qd[:, 0], 0.5 - 9.81 * t, atol=1e-12)
@@ -48,7 +50,9 @@ def test_closed_loop_pd_holds_the_cart(cartpole):
     def controller(t, q, qd):
         return jnp.array([-40.0 * (q[0] - 0.2) - 10.0 * qd[0], 0.0])
 
-    traj = bn.integrate_closed_loop(bn.forward_dynamics(cartpole), controller, jnp.zeros(2), jnp.zeros(2), 2500)
+    traj = bn.integrate_closed_loop(
+        bn.forward_dynamics(cartpole), controller, jnp.zeros(2), jnp.zeros(2), 2500
+    )
     assert traj.q.shape == (2501, 2) and traj.tau.shape == (2500, 2)
     assert abs(float(traj.q[-1, 0]) - 0.2) < 0.02
     np.testing.assert_allclose(traj.tau[0], controller(0.0, traj.q[0], traj.qd[0]))
@@ -61,7 +65,12 @@ def test_rollouts_vmap_over_parameters(cartpole):
     def rollout(scale):
         theta = jnp.asarray(cartpole.nominal.theta).at[1].multiply(scale)  # scale the pole
         params = cartpole.params()._replace(theta=theta)
-        return bn.integrate(bn.forward_dynamics(cartpole, params=params), jnp.array([0.0, 1.0]), jnp.zeros(2), jnp.zeros((100, 2))).q
+        return bn.integrate(
+            bn.forward_dynamics(cartpole, params=params),
+            jnp.array([0.0, 1.0]),
+            jnp.zeros(2),
+            jnp.zeros((100, 2)),
+        ).q
 
     batched = jax.jit(jax.vmap(rollout))(scales)
     np.testing.assert_allclose(batched[1], rollout(scales[1]), atol=1e-12)

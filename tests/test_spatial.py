@@ -61,7 +61,9 @@ def test_blockwise_actions_equal_matrices(rng):
     v = rng.normal(size=6)
     M = pin.SE3(R, p)
     np.testing.assert_allclose(sp.act_motion(R, p, v), M.act(pin.Motion(v)).vector, atol=1e-14)
-    np.testing.assert_allclose(sp.inv_act_motion(R, p, v), M.actInv(pin.Motion(v)).vector, atol=1e-14)
+    np.testing.assert_allclose(
+        sp.inv_act_motion(R, p, v), M.actInv(pin.Motion(v)).vector, atol=1e-14
+    )
     np.testing.assert_allclose(sp.act_force(R, p, v), M.act(pin.Force(v)).vector, atol=1e-14)
     np.testing.assert_allclose(sp.inv_act_force(R, p, v), M.actInv(pin.Force(v)).vector, atol=1e-14)
     stack = rng.normal(size=(6, 4))  # (6, k) column stacks act column by column
@@ -70,8 +72,12 @@ def test_blockwise_actions_equal_matrices(rng):
 
 def test_cross_products_match_pinocchio(rng):
     v, m = rng.normal(size=(2, 6))
-    np.testing.assert_allclose(sp.cross_motion(v, m), pin.Motion(v).cross(pin.Motion(m)).vector, atol=1e-14)
-    np.testing.assert_allclose(sp.cross_force(v, m), pin.Motion(v).cross(pin.Force(m)).vector, atol=1e-14)
+    np.testing.assert_allclose(
+        sp.cross_motion(v, m), pin.Motion(v).cross(pin.Motion(m)).vector, atol=1e-14
+    )
+    np.testing.assert_allclose(
+        sp.cross_force(v, m), pin.Motion(v).cross(pin.Force(m)).vector, atol=1e-14
+    )
     np.testing.assert_allclose(sp.motion_cross_matrix(v) @ m, sp.cross_motion(v, m), atol=1e-14)
     np.testing.assert_allclose(sp.force_cross_matrix(v) @ m, sp.cross_force(v, m), atol=1e-14)
 

@@ -6,10 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import BRANCHING_URDF
 
 import bayes_nea as bn
-
-from conftest import BRANCHING_URDF
 
 LINK = '<link name="{name}"><inertial><mass value="1"/><inertia ixx="0.1" ixy="0" ixz="0" iyy="0.1" iyz="0" izz="0.1"/></inertial></link>'
 
@@ -20,13 +19,21 @@ def urdf(joints: str, links=("base", "a", "b")) -> str:
 
 
 def joint(name, kind, parent, child, extra=""):
-    return (f'<joint name="{name}" type="{kind}"><parent link="{parent}"/><child link="{child}"/>'
-            f'<axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/>{extra}</joint>')
+    return (
+        f'<joint name="{name}" type="{kind}"><parent link="{parent}"/><child link="{child}"/>'
+        f'<axis xyz="0 0 1"/><limit lower="-1" upper="1" effort="1" velocity="1"/>{extra}</joint>'
+    )
 
 
 def test_branching_tree_merges_fixed_joints(branching):
     robot = branching.robot
-    assert robot.joint_names == ("waist", "left_slide", "left_wrist", "right_shoulder", "right_elbow")
+    assert robot.joint_names == (
+        "waist",
+        "left_slide",
+        "left_wrist",
+        "right_shoulder",
+        "right_elbow",
+    )
     assert robot.parents == (-1, 0, 1, 0, 3)
     assert robot.joint_types[1] == "prismatic" and robot.continuous[4]
     total = 3.0 + 0.4 + 1.5 + 0.8 + 1.1 + 0.5 + 0.3
@@ -60,19 +67,44 @@ def test_load_from_file(tmp_path):
         (urdf(joint("j", "floating", "base", "a")), "floating joints are not supported"),
         (urdf(joint("j", "planar", "base", "a")), "planar joints are not supported"),
         (urdf(joint("j", "ball", "base", "a")), "unknown type 'ball'"),
-        (urdf(joint("j", "revolute", "base", "a") + joint("k", "revolute", "a", "c")),
-         "unknown child link 'c'"),
-        (urdf(joint("j", "revolute", "base", "a") + joint("k", "revolute", "a", "b")
-              + joint("l", "revolute", "b", "a")), "closed kinematic loop"),
+        (
+            urdf(joint("j", "revolute", "base", "a") + joint("k", "revolute", "a", "c")),
+            "unknown child link 'c'",
+        ),
+        (
+            urdf(
+                joint("j", "revolute", "base", "a")
+                + joint("k", "revolute", "a", "b")
+                + joint("l", "revolute", "b", "a")
+            ),
+            "closed kinematic loop",
+        ),
         (urdf(joint("j", "revolute", "base", "a")), "exactly one root link"),
-        (urdf(joint("j", "revolute", "base", "a"), links=("base", "a")).replace('value="1"', 'value="0"'),
-         "carries no mass"),
-        (urdf(joint("j", "revolute", "base", "a") + joint("k", "revolute", "a", "b", '<mimic joint="j"/>')),
-         "mimic"),
-        (urdf(joint("j", "revolute", "base", "a"), links=("base", "a")).replace('value="1"', 'value="abc"'),
-         "is not a number"),
-        (urdf(joint("j", "revolute", "base", "a"), links=("base", "a")).replace('<axis xyz="0 0 1"/>', '<axis xyz="0 0"/>'),
-         "expected 3 finite numbers"),
+        (
+            urdf(joint("j", "revolute", "base", "a"), links=("base", "a")).replace(
+                'value="1"', 'value="0"'
+            ),
+            "carries no mass",
+        ),
+        (
+            urdf(
+                joint("j", "revolute", "base", "a")
+                + joint("k", "revolute", "a", "b", '<mimic joint="j"/>')
+            ),
+            "mimic",
+        ),
+        (
+            urdf(joint("j", "revolute", "base", "a"), links=("base", "a")).replace(
+                'value="1"', 'value="abc"'
+            ),
+            "is not a number",
+        ),
+        (
+            urdf(joint("j", "revolute", "base", "a"), links=("base", "a")).replace(
+                '<axis xyz="0 0 1"/>', '<axis xyz="0 0"/>'
+            ),
+            "expected 3 finite numbers",
+        ),
         (urdf(joint("j", "fixed", "base", "a"), links=("base", "a")), "no movable joints"),
         ("/no/such/file.urdf", "does not exist"),
     ],
@@ -84,7 +116,11 @@ def test_bad_urdf_is_refused_with_a_clear_message(text, message):
 
 def test_point_mass_on_revolute_axis_is_singular():
     text = urdf(joint("j", "revolute", "base", "a"), links=("base", "a"))
-    text = text.replace('ixx="0.1"', 'ixx="0"').replace('iyy="0.1"', 'iyy="0"').replace('izz="0.1"', 'izz="0"')
+    text = (
+        text.replace('ixx="0.1"', 'ixx="0"')
+        .replace('iyy="0.1"', 'iyy="0"')
+        .replace('izz="0.1"', 'izz="0"')
+    )
     with pytest.raises(ValueError, match="no inertia about its axis"):
         bn.load_urdf(text)
 
@@ -119,9 +155,15 @@ def test_state_shape_errors(name):
 
 
 def test_robot_constructor_errors():
-    kwargs = dict(joint_names=("a", "b"), parents=(-1, 0), joint_types=("revolute", "revolute"),
-                  axes=[(0, 0, 1), (0, 0, 1)], theta=np.tile(np.eye(1, 10, 0)[0], (2, 1)),
-                  rpy=np.zeros((2, 3)), xyz=np.zeros((2, 3)))
+    kwargs = dict(
+        joint_names=("a", "b"),
+        parents=(-1, 0),
+        joint_types=("revolute", "revolute"),
+        axes=[(0, 0, 1), (0, 0, 1)],
+        theta=np.tile(np.eye(1, 10, 0)[0], (2, 1)),
+        rpy=np.zeros((2, 3)),
+        xyz=np.zeros((2, 3)),
+    )
     bn.make_robot("ok", **kwargs)
     with pytest.raises(ValueError, match="parents must precede"):
         bn.make_robot("bad", **{**kwargs, "parents": (1, -1)})
@@ -142,7 +184,9 @@ def test_float32_jit_vmap_grad(branching):
     tau32 = jax.jit(jax.vmap(lambda a, b, c: bn.rnea(robot, a, b, c)))(q, qd, qdd)
     qdd32 = jax.jit(jax.vmap(lambda a, b, c: bn.aba(robot, a, b, c)))(q, qd, tau32)
     assert tau32.dtype == jnp.float32 and qdd32.dtype == jnp.float32
-    tau64 = jax.vmap(lambda a, b, c: bn.rnea(robot, a, b, c))(*(x.astype(jnp.float64) for x in (q, qd, qdd)))
+    tau64 = jax.vmap(lambda a, b, c: bn.rnea(robot, a, b, c))(
+        *(x.astype(jnp.float64) for x in (q, qd, qdd))
+    )
     np.testing.assert_allclose(tau32, tau64, rtol=1e-4, atol=1e-4 * np.abs(tau64).max())
     np.testing.assert_allclose(qdd32, qdd, rtol=1e-3, atol=1e-3 * np.abs(qdd).max())
     params32 = robot.params(jnp.float32)

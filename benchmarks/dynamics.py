@@ -1,0 +1,125 @@
+"""Dynamics speed on the Panda arm (fingers locked), float64, beside Pinocchio in the same run.
+
+Prints microseconds per sample for ``rnea``, ``aba``, ``crba`` and the joint-torque regressor:
+jit + vmap over N states, a single jitted call, and Pinocchio's single call (a Python loop over
+the same states, so it includes the binding's call overhead), plus jit compile times.
+
+    python benchmarks/dynamics.py [--samples 10000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import site
+import time
+
+import jax
+import numpy as np
+
+import bayes_nea as bn
+
+
+def panda_path() -> str:
+    pattern = "cmeel.prefix/share/example-robot-data/robots/panda_description/urdf/panda.urdf"
+    for root in site.getsitepackages():
+        found = glob.glob(f"{root}/{pattern}")
+        if found:
+            return found[0]
+    raise SystemExit("example-robot-data is not installed: pip install -e '.[test]'")
+
+
+def best_time(fn, repeats: int) -> float:
+    best = np.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    import pinocchio as pin
+
+    fingers = ("panda_finger_joint1", "panda_finger_joint2")
+    path = panda_path()
+    robot = bn.load_urdf(path, lock_joints=dict.fromkeys(fingers, 0.0))
+    full = pin.buildModelFromUrdf(path)
+    model = pin.buildReducedModel(full, [full.getJointId(f) for f in fingers], pin.neutral(full))
+    model.gravity.linear = np.array(robot.gravity)
+    data = model.createData()
+
+    rng = np.random.default_rng(0)
+    N, n = args.samples, robot.n
+    q, qd, qdd = (rng.uniform(-1, 1, (N, n)) for _ in range(3))
+    tau = np.stack([pin.rnea(model, data, q[k], qd[k], qdd[k]) for k in range(N)])
+
+    algorithms = {
+        "rnea": (
+            lambda a, b, c: bn.rnea(robot, a, b, c),
+            (q, qd, qdd),
+            lambda k: pin.rnea(model, data, q[k], qd[k], qdd[k]),
+        ),
+        "aba": (
+            lambda a, b, c: bn.aba(robot, a, b, c),
+            (q, qd, tau),
+            lambda k: pin.aba(model, data, q[k], qd[k], tau[k]),
+        ),
+        "crba": (lambda a: bn.crba(robot, a), (q,), lambda k: pin.crba(model, data, q[k])),
+        "regressor": (
+            lambda a, b, c: bn.joint_torque_regressor(robot, a, b, c),
+            (q, qd, qdd),
+            lambda k: pin.computeJointTorqueRegressor(model, data, q[k], qd[k], qdd[k]),
+        ),
+    }
+    print(
+        f"Panda ({n} joints), float64, {N} states, jax {jax.__version__} on {jax.devices()[0].platform}, "
+        f"pinocchio {pin.__version__}"
+    )
+    header = (
+        f"{'algorithm':<10} {'batched us/sample':>18} {'single jit us':>14} {'pinocchio us':>13} "
+        f"{'batched/pin':>12} {'compile s (batch, single)':>26}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, (fn, inputs, pin_call) in algorithms.items():
+        batched = jax.jit(jax.vmap(fn))
+        start = time.perf_counter()
+        jax.block_until_ready(batched(*inputs))
+        compile_batched = time.perf_counter() - start
+        t_batch = (
+            best_time(lambda batched=batched, inputs=inputs: batched(*inputs), args.repeats)
+            / N
+            * 1e6
+        )
+
+        single = jax.jit(fn)
+        one = tuple(x[0] for x in inputs)
+        start = time.perf_counter()
+        jax.block_until_ready(single(*one))
+        compile_single = time.perf_counter() - start
+        calls = 2000
+        start = time.perf_counter()
+        for k in range(calls):
+            out = single(*(x[k] for x in inputs))
+        jax.block_until_ready(out)
+        t_single = (time.perf_counter() - start) / calls * 1e6
+
+        t_pin = np.inf
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            for k in range(N):
+                pin_call(k)
+            t_pin = min(t_pin, (time.perf_counter() - start) / N * 1e6)
+        print(
+            f"{name:<10} {t_batch:>18.2f} {t_single:>14.1f} {t_pin:>13.2f} {t_batch / t_pin:>12.2f} "
+            f"{compile_batched:>12.2f}, {compile_single:>5.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
