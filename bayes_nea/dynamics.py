@@ -163,7 +163,8 @@ def aba(
 def crba(robot: Robot, q: jax.Array, *, params: RobotParams | None = None) -> jax.Array:
     """Joint-space mass matrix ``M(q)`` (n, n), symmetric, by the composite-rigid-body algorithm.
 
-    Featherstone 2008, Table 6.2: composite inertias ``I^c_parent += X^T I^c_i X`` inwards, then
+    Featherstone 2008, Table 6.2: composite inertias ``I^c_parent += X^T I^c_i X`` inwards (kept
+    as mass, first moment and 3x3 rotational inertia, see ``spatial.inertia_to_parent``), then
     ``M_ij = s_j^T X_{j<-i}^* I^c_i s_i`` along each body's ancestors.
 
     Raises:
@@ -173,16 +174,15 @@ def crba(robot: Robot, q: jax.Array, *, params: RobotParams | None = None) -> ja
     params, dtype = resolve(robot, params, q)
     R, p = joint_transforms(robot, params, q)
     S = [jnp.asarray(robot.motion_subspace(i), dtype=dtype) for i in range(robot.n)]
-    eye = jnp.eye(6, dtype=dtype)
 
     def visit(i, Ic):
-        X = sp.inv_act_motion(R[i], p[i], eye)
-        return Ic, X.T @ Ic @ X
+        return Ic, sp.inertia_to_parent(R[i], p[i], *Ic)
 
-    Ic = backward_pass(robot, visit, [sp.spatial_inertia(params.theta[i]) for i in range(robot.n)])
+    theta = params.theta
+    Ic = backward_pass(robot, visit, [(t[0], t[1:4], sp.rotational_inertia(t)) for t in theta])
     entries = {}
     for i in range(robot.n):
-        F = Ic[i] @ S[i]
+        F = sp.inertia_apply_parts(*Ic[i], S[i])
         entries[i, i] = S[i] @ F
         j = i
         while robot.parents[j] >= 0:

@@ -418,8 +418,14 @@ class Parameterization:
         if np.any(bad):
             where = np.argwhere(bad)
             first = tuple(int(k) for k in where[0])
-            index = "" if t.ndim == 2 and t.shape[0] == 1 else f" (body {first[0] if len(first) == 1 else first})"
-            need = "> 0 (positive definite)" if self.margin == 0 else f"> {self.margin:g} (its bias r)"
+            index = (
+                ""
+                if t.ndim == 2 and t.shape[0] == 1
+                else f" (body {first[0] if len(first) == 1 else first})"
+            )
+            need = (
+                "> 0 (positive definite)" if self.margin == 0 else f"> {self.margin:g} (its bias r)"
+            )
             raise ValueError(
                 f"{what}{index} = {np.array2string(t[first], precision=4, max_line_width=10**6)} is outside the image of "
                 f"the {self.name!r} parameterisation: the smallest eigenvalue of its pseudo-inertia "

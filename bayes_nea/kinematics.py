@@ -103,7 +103,9 @@ def placement_parameters(R: Array, p: Array) -> tuple[Array, Array]:
     return sp.matrix_to_rpy(R), jnp.asarray(p)
 
 
-def z_joint_transform(rpy: Array, xyz: Array, q: Array, kind: str = REVOLUTE) -> tuple[Array, Array]:
+def z_joint_transform(
+    rpy: Array, xyz: Array, q: Array, kind: str = REVOLUTE
+) -> tuple[Array, Array]:
     """``T(q) = T_O T_q(q)`` of a no-Kin DiffNEA joint whose axis is the z axis of its frame.
 
     ``T_q,r = [Rz(q), 0; 0, 1]`` (revolute), ``T_q,p = [1, q e_z; 0, 1]`` (prismatic), DiffNEA

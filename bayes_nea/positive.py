@@ -85,7 +85,9 @@ def get_positive_map(name: str) -> PositiveMap:
         ValueError: unknown name (the message lists the valid ones).
     """
     if name not in _POSITIVE_MAPS:
-        raise ValueError(f"unknown positive map {name!r}; valid names are {list(POSITIVE_MAP_NAMES)}")
+        raise ValueError(
+            f"unknown positive map {name!r}; valid names are {list(POSITIVE_MAP_NAMES)}"
+        )
     return _POSITIVE_MAPS[name]
 
 

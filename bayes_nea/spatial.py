@@ -198,8 +198,25 @@ def cross_force(v: Array, f: Array) -> Array:
 
 def inertia_apply(theta: Array, v: Array) -> Array:
     """``I v`` for a spatial inertia given by theta (10,): ``[m v - h x w; h x v + I_rot w]``."""
-    m, h = theta[0], theta[1:4]
+    return inertia_apply_parts(theta[0], theta[1:4], rotational_inertia(theta), v)
+
+
+def inertia_to_parent(
+    R: Array, p: Array, m: Array, h: Array, I: Array
+) -> tuple[Array, Array, Array]:
+    """A rigid-body inertia ``(m, h, I)`` in a child frame, expressed in the parent frame.
+
+    ``T = (R, p)`` maps child to parent coordinates; ``h`` (3,) is the first moment and ``I``
+    (3, 3) the rotational inertia about the child origin. Returns ``(m, R h + m p, I')`` with
+    ``I' = R I R^T - S(p) S(R h) - S(R h) S(p) - m S(p) S(p)`` (parallel axis from the child origin
+    to the parent origin); the same as ``X^T I X`` with 6x6 matrices at a fraction of the cost.
+    """
+    Rh = R @ h
+    Sp, Sh = skew(p), skew(Rh)
+    return m, Rh + m * p, R @ I @ R.T - Sp @ Sh - Sh @ Sp - m * (Sp @ Sp)
+
+
+def inertia_apply_parts(m: Array, h: Array, I: Array, v: Array) -> Array:
+    """``I v`` for a spatial inertia given as ``(m, h, I)``: ``[m v - h x w; h x v + I w]``."""
     vl, w = v[:3], v[3:]
-    return jnp.concatenate(
-        [m * vl - jnp.cross(h, w), jnp.cross(h, vl) + rotational_inertia(theta) @ w]
-    )
+    return jnp.concatenate([m * vl - jnp.cross(h, w), jnp.cross(h, vl) + I @ w])
