@@ -1,0 +1,42 @@
+"""Inference: SVI and NUTS over ``models.BayesianModel`` objects, results as ArviZ DataTrees.
+
+Public API::
+
+    fit_svi(bayes_model, data, *, key, guide="delta", steps=3000, ...) -> FitResult
+    fit_nuts(bayes_model, data, *, key, num_warmup=1000, num_samples=1000, num_chains=2, ...)
+    FitResult(idata, variant, system, method): posterior_samples(), model(), diagnostics(), ...
+    save_result(result, path); load_result(path) -> FitResult   # netCDF (h5netcdf), atomic
+
+NumPyro is imported before ArviZ anywhere in this package (the other order breaks
+``az.from_numpyro``; STACK-NOTES.md). Parallel NUTS chains on a CPU need
+``numpyro.set_host_device_count(k)`` before JAX initialises: the caller's job (``cli/fit.py``).
+"""
+
+import numpyro  # noqa: F401  (before arviz)
+
+import bayes_nea  # noqa: F401  (float64 switch)
+from inference.nuts import fit_nuts
+from inference.result import FitResult, load_result, save_result
+from inference.svi import (
+    GUIDES,
+    OPTIMIZERS,
+    SCHEDULES,
+    ConvergenceReport,
+    convergence_report,
+    fit_svi,
+    make_optimizer,
+)
+
+__all__ = [
+    "GUIDES",
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "ConvergenceReport",
+    "FitResult",
+    "convergence_report",
+    "fit_nuts",
+    "fit_svi",
+    "load_result",
+    "make_optimizer",
+    "save_result",
+]

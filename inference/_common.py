@@ -1,0 +1,125 @@
+"""Helpers shared by the SVI and NUTS drivers: keys, initial values, result attributes."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inference._validate import check_model, fingerprint, variant_name
+
+
+def raw_key(key) -> tuple[jax.Array, int | None]:
+    """A raw ``uint32[2]`` PRNG key from an int seed or a (typed or raw) JAX key, and the seed."""
+    if isinstance(key, bool):
+        raise ValueError(f"key must be an int seed or a jax.random key, got {key!r}")
+    if isinstance(key, int | np.integer):
+        return jax.random.PRNGKey(int(key)), int(key)
+    arr = key
+    if hasattr(arr, "dtype") and jnp.issubdtype(arr.dtype, jax.dtypes.prng_key):
+        arr = jax.random.key_data(arr)
+    arr = jnp.asarray(arr)
+    if arr.shape != (2,) or arr.dtype != jnp.uint32:
+        raise ValueError(
+            f"key must be an int seed or a single jax.random key, got shape {arr.shape} {arr.dtype}"
+        )
+    return arr, None
+
+
+def point_values(result, latent_sites) -> dict:
+    """Posterior mean of each latent site of a ``FitResult`` (a starting point), constrained space.
+
+    Raises:
+        ValueError: the result lacks some of the model's latent sites.
+    """
+    samples = result.posterior_samples()
+    missing = sorted(set(latent_sites) - set(samples))
+    if missing:
+        raise ValueError(
+            f"cannot initialise from a {result.variant!r} result: it lacks the sites {missing}"
+        )
+    return {k: jnp.mean(samples[k], axis=0) for k in latent_sites}
+
+
+def check_same_fit(result, bayes_model, data, *, method: str, what: str) -> None:
+    """``ValueError`` unless ``result`` is a ``method`` fit of the same variant on the same data."""
+    if result.method != method:
+        raise ValueError(f"{what} needs a {method!r} result, got a {result.method!r} result")
+    if result.variant != variant_name(bayes_model):
+        raise ValueError(
+            f"{what}: result is of variant {result.variant!r}, model is "
+            f"{variant_name(bayes_model)!r}"
+        )
+    if result.attrs.get("data_fingerprint") != fingerprint(data):
+        raise ValueError(f"{what}: the data differ from the data the result was fitted to")
+
+
+def base_attrs(bayes_model, data, *, method: str, seed, summary) -> dict:
+    """Root attributes shared by SVI and NUTS results."""
+    return {
+        "variant": variant_name(bayes_model),
+        "system": bayes_model.robot.name,
+        "likelihood": str(bayes_model.likelihood),
+        "method": method,
+        "seed": -1 if seed is None else int(seed),
+        "dataset": summary,
+        "n_samples": int(np.shape(data.q)[0]),
+        "n_joints": int(np.shape(data.q)[1]),
+        "data_dtype": str(np.asarray(data.q).dtype),
+        "data_fingerprint": fingerprint(data),
+    }
+
+
+@contextlib.contextmanager
+def library_promotion():
+    """Trace NumPyro's and optax's internals under JAX's standard promotion rules.
+
+    Their samplers and optimisers mix int and float dtypes and broadcast ranks, which
+    ``jax_numpy_dtype_promotion="strict"`` / ``jax_numpy_rank_promotion="raise"`` (our tests'
+    settings, meant for our own code) reject. Use with :func:`caller_rules` on the model, so
+    the model is still traced under the caller's rules.
+    """
+    with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
+        yield
+
+
+def caller_rules(model):
+    """``model`` traced under the promotion rules in force now (when this is called)."""
+    dtype_rule = jax.config.jax_numpy_dtype_promotion
+    rank_rule = jax.config.jax_numpy_rank_promotion
+
+    @functools.wraps(model)
+    def wrapped(*args, **kwargs):
+        with jax.numpy_dtype_promotion(dtype_rule), jax.numpy_rank_promotion(rank_rule):
+            return model(*args, **kwargs)
+
+    return wrapped
+
+
+class _CallerRulesModel:
+    """A ``BayesianModel`` whose ``model`` and ``physical`` keep the caller's promotion rules."""
+
+    def __init__(self, bayes_model):
+        self._wrapped = bayes_model
+        self.model = caller_rules(bayes_model.model)
+        self.physical = caller_rules(bayes_model.physical)
+
+    def __getattr__(self, name):
+        return getattr(self._wrapped, name)
+
+
+def with_library_promotion(fit):
+    """Run a ``fit_*(bayes_model, data, **options)`` under :func:`library_promotion`, with the
+    model's own code traced under the caller's promotion rules."""
+
+    @functools.wraps(fit)
+    def wrapped(bayes_model, data, **options):
+        check_model(bayes_model)
+        proxy = _CallerRulesModel(bayes_model)
+        with library_promotion():
+            return fit(proxy, data, **options)
+
+    return wrapped

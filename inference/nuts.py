@@ -1,0 +1,230 @@
+"""NUTS (Hoffman & Gelman 2014) over a model's latent sites with NumPyro's ``MCMC``.
+
+Chains run in parallel (``chain_method="parallel"``) when JAX sees at least as many devices as
+chains, else one after the other. On a CPU, JAX sees one device unless the host is split *before
+JAX initialises*: call ``numpyro.set_host_device_count(k)`` first thing in a script (the command
+line does; this library function never changes global state). On 2 cores, 2 parallel chains took
+1.5x the time of one (STACK-NOTES.md).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from numpyro.infer import MCMC, NUTS
+from numpyro.infer.initialization import init_to_mean
+from numpyro.infer.util import unconstrain_fn
+
+from inference._common import (
+    base_attrs,
+    check_same_fit,
+    point_values,
+    raw_key,
+    with_library_promotion,
+)
+from inference._state import state_from_dataset, state_to_dataset
+from inference._validate import check_positive_int, prepare_data
+from inference.result import FitResult, build_idata, trace_sites
+
+EXTRA_FIELDS = ("num_steps", "energy", "accept_prob", "adapt_state.step_size", "potential_energy")
+
+
+def _sample_stats(extra: dict, max_tree_depth: int) -> dict[str, np.ndarray]:
+    """NumPyro's extra fields (C, D) as ArviZ sample statistics."""
+    n_steps = np.asarray(extra["num_steps"])
+    # A tree of depth d holds up to 2^d - 1 leapfrog steps (Hoffman & Gelman 2014, Alg. 3).
+    depth = np.ceil(np.log2(n_steps.astype(np.float64) + 1.0)).astype(np.int64)
+    return {
+        "diverging": np.asarray(extra["diverging"]).astype(bool),
+        "n_steps": n_steps.astype(np.int64),
+        "tree_depth": depth,
+        "reached_max_tree_depth": depth >= max_tree_depth,
+        "energy": np.asarray(extra["energy"]),
+        "lp": -np.asarray(extra["potential_energy"]),
+        "acceptance_rate": np.asarray(extra["accept_prob"]),
+        "step_size": np.asarray(extra["adapt_state.step_size"]),
+    }
+
+
+def _initial_params(bayes_model, data, init, latent, num_chains):
+    """Unconstrained starting points (num_chains, ...) per site from a result or values."""
+    if isinstance(init, FitResult):
+        samples = init.posterior_samples()
+        missing = sorted(set(latent) - set(samples))
+        if missing:
+            raise ValueError(f"init result lacks the model's latent sites {missing}")
+        total = next(iter(samples.values())).shape[0]
+        if total >= num_chains:
+            idx = np.linspace(0, total - 1, num_chains).round().astype(int)
+            points = [{k: samples[k][i] for k in latent} for i in idx]
+        else:
+            points = [point_values(init, latent)] * num_chains
+    else:
+        points = [{k: jnp.asarray(init[k]) for k in latent}] * num_chains
+    unconstrained = [unconstrain_fn(bayes_model.model, (data,), {}, p) for p in points]
+    if num_chains == 1:
+        return unconstrained[0]
+    return {k: jnp.stack([u[k] for u in unconstrained]) for k in unconstrained[0]}
+
+
+@with_library_promotion
+def fit_nuts(
+    bayes_model,
+    data,
+    *,
+    key,
+    num_warmup: int = 1000,
+    num_samples: int = 1000,
+    num_chains: int = 2,
+    init=None,
+    extend: FitResult | None = None,
+    dense_mass: bool = False,
+    target_accept: float = 0.8,
+    max_tree_depth: int = 10,
+    chain_method: str | None = None,
+    num_predictive: int = 200,
+    log_likelihood: bool = True,
+    progress: bool = True,
+) -> FitResult:
+    """Sample the posterior of ``bayes_model`` given ``data`` with NUTS.
+
+    Args:
+        bayes_model: a ``models.BayesianModel`` (or any object with its protocol).
+        data: ``models.ModelData`` (fields ``q, qd, qdd, tau`` (N, n)) or a ``data.Dataset``.
+        key: ``jax.random`` key or int seed.
+        num_warmup: adaptation steps per chain (step size and mass matrix; Stan's windows).
+        num_samples: draws per chain kept.
+        num_chains: independent chains (parallel where ``jax.local_device_count()`` allows).
+        init: starting point: a ``FitResult`` (e.g. from :func:`inference.fit_svi`; chains start
+            at distinct posterior draws where it has enough, else at its mean) or
+            ``{site: value}``; default: the prior median.
+        extend: a NUTS ``FitResult`` of the same variant and data: continue its chains from their
+            stored last state (adapted step size and mass matrix, no new warm-up) for
+            ``num_samples`` more draws each, and return all draws (earlier ones first).
+        dense_mass: adapt a dense (True) or diagonal (False) mass matrix.
+        target_accept: target acceptance probability of the step-size adaptation, in (0, 1).
+        max_tree_depth: maximum tree depth (at most ``2^depth - 1`` leapfrog steps per draw).
+        chain_method: ``"parallel"`` or ``"sequential"``; default parallel when there are enough
+            devices.
+        num_predictive: posterior-predictive draws (0: none).
+        log_likelihood: add the pointwise log-likelihood group.
+        progress: NumPyro's progress bar.
+
+    Returns:
+        A :class:`FitResult` with ``method="nuts"``; ``diagnostics()`` gives R-hat, ESS,
+        divergences; root attribute ``timing`` has ``wall_s`` and ``ess_bulk_per_s``.
+
+    Raises:
+        ValueError: bad data for the robot, bad option values, an ``extend`` result that does not
+            match (variant, data, number of chains).
+    """
+    data, summary = prepare_data(bayes_model, data)
+    num_warmup = check_positive_int("num_warmup", num_warmup, allow_zero=True)
+    num_samples = check_positive_int("num_samples", num_samples)
+    num_chains = check_positive_int("num_chains", num_chains)
+    max_tree_depth = check_positive_int("max_tree_depth", max_tree_depth)
+    num_predictive = check_positive_int("num_predictive", num_predictive, allow_zero=True)
+    if not 0 < target_accept < 1:
+        raise ValueError(f"target_accept must be in (0, 1), got {target_accept}")
+    if chain_method is None:
+        chain_method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
+    if chain_method not in ("parallel", "sequential"):
+        raise ValueError(
+            f"unknown chain_method {chain_method!r}; valid: ['parallel', 'sequential']"
+        )
+    if init is not None and extend is not None:
+        raise ValueError("give either init or extend, not both")
+    key, seed = raw_key(key)
+    k_run, k_pred = jax.random.split(key)
+    latent, _ = trace_sites(bayes_model, data)
+    settings = {
+        "num_warmup": num_warmup,
+        "num_samples": num_samples,
+        "num_chains": num_chains,
+        "dense_mass": bool(dense_mass),
+        "target_accept": float(target_accept),
+        "max_tree_depth": max_tree_depth,
+        "chain_method": chain_method,
+    }
+    init_params = None
+    init_strategy = init_to_mean()
+    previous = None
+    if extend is not None:
+        check_same_fit(extend, bayes_model, data, method="nuts", what="extend")
+        old = extend.attrs["settings"]
+        if old["num_chains"] != num_chains:
+            raise ValueError(
+                f"extend: result has {old['num_chains']} chains, asked for {num_chains}"
+            )
+        for k in ("dense_mass", "target_accept", "max_tree_depth"):
+            settings[k] = old[k]
+        settings["num_warmup"] = old["num_warmup"]
+        previous = extend
+    elif init is not None:
+        init_params = _initial_params(bayes_model, data, init, latent, num_chains)
+    kernel = NUTS(
+        bayes_model.model,
+        init_strategy=init_strategy,
+        dense_mass=settings["dense_mass"],
+        target_accept_prob=settings["target_accept"],
+        max_tree_depth=settings["max_tree_depth"],
+    )
+    mcmc = MCMC(
+        kernel,
+        num_warmup=0 if previous is not None else num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method=chain_method,
+        progress_bar=progress,
+    )
+    if previous is not None:
+        # Template of one chain's state (same pytree structure), then the stored chains' leaves.
+        template = kernel.init(k_run, 0, None, model_args=(data,), model_kwargs={})
+        state = state_from_dataset(previous.idata["nuts_state"].to_dataset(), template, kind="nuts")
+        mcmc.post_warmup_state = state
+        run_key = state.rng_key
+    else:
+        run_key = k_run
+    t0 = time.perf_counter()
+    mcmc.run(run_key, data, extra_fields=EXTRA_FIELDS, init_params=init_params)
+    samples = mcmc.get_samples(group_by_chain=True)
+    jax.block_until_ready(samples)
+    wall_s = time.perf_counter() - t0
+    samples = {k: np.asarray(samples[k]) for k in latent}
+    stats = _sample_stats(mcmc.get_extra_fields(group_by_chain=True), settings["max_tree_depth"])
+    last_state = mcmc.last_state
+    if num_chains == 1:
+        last_state = jax.tree.map(lambda x: x[None], last_state)
+    if previous is not None:
+        old_samples = previous.posterior_samples(group_by_chain=True)
+        samples = {k: np.concatenate([np.asarray(old_samples[k]), samples[k]], 1) for k in latent}
+        old_stats = previous.idata["sample_stats"]
+        stats = {
+            k: np.concatenate([np.asarray(old_stats[k].values), v], 1) for k, v in stats.items()
+        }
+        settings["num_samples"] = int(next(iter(samples.values())).shape[1])
+        wall_s += float(previous.attrs["timing"]["wall_s"])
+    attrs = base_attrs(bayes_model, data, method="nuts", seed=seed, summary=summary)
+    attrs.update(settings=settings, timing={"wall_s": wall_s})
+    extra = {"nuts_state": state_to_dataset(last_state, kind="nuts")}
+    tree = build_idata(
+        bayes_model,
+        data,
+        samples,
+        key=k_pred,
+        sample_stats=stats,
+        num_predictive=num_predictive,
+        compute_log_likelihood=log_likelihood,
+        attrs=attrs,
+        extra_groups=extra,
+    )
+    result = FitResult(idata=tree, variant=attrs["variant"], system=attrs["system"], method="nuts")
+    diag = result.diagnostics()
+    timing = dict(attrs["timing"], ess_bulk_per_s=diag["ess_bulk_min"] / max(wall_s, 1e-12))
+    result.idata.attrs["timing"] = json.dumps(timing)
+    result.idata.attrs["diagnostics"] = json.dumps(diag)
+    return result

@@ -1,0 +1,459 @@
+"""The result of a fit: an ArviZ ``xarray.DataTree`` plus what is needed to rebuild the model.
+
+Groups (ArviZ conventions, dims ``chain``, ``draw`` first):
+
+- ``posterior``: the model's latent sites (virtual parameters) and the physical quantities of each
+  draw from ``bayes_model.physical`` (``theta`` (joint, theta_param), ``rpy``, ``xyz``, friction
+  coefficients, ...), plus, where ``theta`` is reported, ``mass`` (joint), ``com`` (joint, axis),
+  ``inertia`` (joint, inertia_component; about the body origin, order ``I_xx, I_xy, I_yy, I_xz,
+  I_yz, I_zz``) and, when the kinematics are not learned, the identified ``base_parameters``
+  ``beta = B theta`` (Gautier 1991; :func:`bayes_nea.base_parameters`).
+- ``sample_stats``: NUTS: ``diverging``, ``tree_depth``, ``reached_max_tree_depth``, ``n_steps``,
+  ``energy``, ``lp``, ``acceptance_rate``, ``step_size``. SVI: none (the loss trace is the
+  ``svi_loss`` group, dim ``step``).
+- ``log_likelihood``: pointwise log likelihood of each observed site (``numpyro.infer.log_likelihood``).
+- ``observed_data``: the observed sites' values; ``constant_data``: the fitted ``q, qd, qdd, tau``.
+- ``posterior_predictive``: draws of the observed sites from ``numpyro.infer.Predictive`` on an
+  evenly thinned subset of the posterior draws (its ``draw`` coordinate names the draws used).
+- ``svi_state`` / ``nuts_state``: the optimiser or sampler state, to resume or extend a fit.
+
+NumPyro site names may contain ``/`` (name scopes); xarray forbids it in variable names, so ``/``
+is stored as ``.`` and the root attribute ``site_names`` maps stored names back to site names.
+Root attributes (JSON strings where structured) hold variant, system, likelihood, method, seed,
+settings, dataset summary, data fingerprint, package versions and the robot as URDF text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import tempfile
+from importlib import metadata
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro  # noqa: F401  (NumPyro before ArviZ: STACK-NOTES.md)
+import xarray as xr
+from numpyro import handlers
+from numpyro.infer import Predictive, log_likelihood
+
+import bayes_nea as bn
+from bayes_nea.spatial import THETA_NAMES
+
+SCHEMA_VERSION = 1
+INERTIA_COMPONENTS = ("I_xx", "I_xy", "I_yy", "I_xz", "I_yz", "I_zz")
+XYZ = ("x", "y", "z")
+METHODS = ("svi", "nuts")
+_PACKAGES = ("bayes-nea", "jax", "numpyro", "arviz", "optax", "xarray", "numpy")
+
+
+def stored_name(site: str) -> str:
+    """A NumPyro site name as an xarray variable name (``/`` becomes ``.``)."""
+    return site.replace("/", ".")
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages a result depends on."""
+    out = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def trace_sites(bayes_model, data, sample: dict | None = None) -> tuple[dict, dict]:
+    """Latent and observed sites of one run of the model on ``data``.
+
+    Returns:
+        ``(latent, observed)``: ``{site name: value}`` for the non-observed sample sites (shapes of
+        one draw) and for the observed ones (the observed values).
+    """
+    model = bayes_model.model
+    if sample is not None:
+        model = handlers.substitute(model, data=sample)
+    tr = handlers.trace(handlers.seed(model, jax.random.PRNGKey(0))).get_trace(data)
+    latent, observed = {}, {}
+    for name, site in tr.items():
+        if site["type"] != "sample" or site.get("infer", {}).get("is_auxiliary"):
+            continue
+        (observed if site["is_observed"] else latent)[name] = site["value"]
+    return latent, observed
+
+
+def _dims(name: str, shape: tuple, *, n: int, n_obs: int | None = None) -> tuple[str, ...]:
+    """Dimension names for a variable of one draw with ``shape``."""
+    if name == "theta" and shape[-1:] == (10,) and len(shape) == 2:
+        return ("joint", "theta_param")
+    if name in ("com", "rpy", "xyz") and shape == (n, 3):
+        return ("joint", "axis")
+    if name == "inertia" and shape == (n, 6):
+        return ("joint", "inertia_component")
+    if name == "base_parameters":
+        return ("base_parameter",)
+    dims = []
+    for k, size in enumerate(shape):
+        if k == 0 and n_obs is not None and size == n_obs:
+            dims.append("obs_index")
+        elif (
+            size == n
+            and "joint" not in dims
+            and (k == len(shape) - 1 or (k == 0 and n_obs is None))
+        ):
+            dims.append("joint")
+        else:
+            dims.append(f"{stored_name(name)}_dim_{k}")
+    return tuple(dims)
+
+
+def _dataset(values: dict, *, n: int, sample_dims: tuple[str, ...], n_obs=None, coords=None):
+    variables = {}
+    for name, value in values.items():
+        arr = np.asarray(value)
+        dims = sample_dims + _dims(name, arr.shape[len(sample_dims) :], n=n, n_obs=n_obs)
+        variables[stored_name(name)] = (dims, arr)
+    ds = xr.Dataset(variables)
+    return ds.assign_coords({k: v for k, v in (coords or {}).items() if k in ds.dims})
+
+
+def physical_quantities(bayes_model, flat: dict, *, base: bool = True) -> dict[str, np.ndarray]:
+    """Physical quantities of each draw: ``bayes_model.physical`` vmapped, plus derived ones.
+
+    Args:
+        bayes_model: the model.
+        flat: latent sites with one leading draw axis (D, ...).
+        base: add base parameters when ``theta`` is reported and the kinematics are not learned.
+
+    Returns:
+        ``{name: (D, ...)}``: the model's physical quantities, and from ``theta`` (D, n, 10):
+        ``mass`` (D, n), ``com`` (D, n, 3) (``h / m``), ``inertia`` (D, n, 6) and
+        ``base_parameters`` (D, b).
+    """
+    phys = jax.jit(jax.vmap(bayes_model.physical))(flat)
+    out = {k: np.asarray(v) for k, v in phys.items()}
+    theta = out.get("theta")
+    robot = bayes_model.robot
+    if theta is not None and theta.shape[1:] == (robot.n, 10):
+        mass = theta[..., 0]
+        out["mass"] = mass
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["com"] = np.where(mass[..., None] > 0, theta[..., 1:4] / mass[..., None], np.nan)
+        out["inertia"] = theta[..., 4:10]
+        if base and "rpy" not in out and "xyz" not in out:
+            bp = bn.base_parameters(robot, 0)
+            flat_theta = theta.reshape(theta.shape[0], -1).astype(np.float64)
+            out["base_parameters"] = flat_theta @ np.asarray(bp.to_base).T
+            out["_base_names"] = np.asarray(bp.names)
+    return out
+
+
+def build_idata(
+    bayes_model,
+    data,
+    samples: dict,
+    *,
+    key,
+    sample_stats: dict | None = None,
+    num_predictive: int = 200,
+    compute_log_likelihood: bool = True,
+    attrs: dict,
+    extra_groups: dict | None = None,
+) -> xr.DataTree:
+    """Assemble the ArviZ DataTree of a fit (see the module docstring for the groups).
+
+    Args:
+        bayes_model: the fitted model.
+        data: the data it was fitted to (fields ``q, qd, qdd, tau`` (N, n)).
+        samples: latent sites ``{name: (C, D, ...)}`` (chains, draws).
+        key: ``jax.random`` key for the posterior predictive draws.
+        sample_stats: ``{name: (C, D)}`` sampler statistics, or None.
+        num_predictive: at most this many draws (evenly thinned per chain) for the predictive.
+        compute_log_likelihood: add the ``log_likelihood`` group (C x D x N values per site).
+        attrs: root attributes (JSON-able values; dicts and lists are JSON-encoded).
+        extra_groups: further ``{group: xr.Dataset}`` (states, loss traces).
+    """
+    robot = bayes_model.robot
+    n = robot.n
+    n_obs = int(np.shape(data.q)[0])
+    first = {k: jnp.asarray(v)[0, 0] for k, v in samples.items()}
+    latent, observed = trace_sites(bayes_model, data, first)
+    missing = sorted(set(latent) - set(samples))
+    if missing:
+        raise ValueError(f"posterior samples lack the model's latent sites {missing}")
+    C, D = np.shape(next(iter(samples.values())))[:2]
+    flat = {k: jnp.reshape(jnp.asarray(v), (C * D, *np.shape(v)[2:])) for k, v in samples.items()}
+    coords = {
+        "chain": np.arange(C),
+        "draw": np.arange(D),
+        "joint": list(robot.joint_names),
+        "theta_param": list(THETA_NAMES),
+        "axis": list(XYZ),
+        "inertia_component": list(INERTIA_COMPONENTS),
+    }
+    phys = physical_quantities(bayes_model, flat)
+    base_names = phys.pop("_base_names", None)
+    if base_names is not None:
+        coords["base_parameter"] = [str(s) for s in base_names]
+    clash = sorted(set(phys) & set(samples))
+    phys = {(f"{k}_physical" if k in clash else k): v for k, v in phys.items()}
+    post = {k: np.asarray(v) for k, v in samples.items()}
+    post.update({k: v.reshape(C, D, *v.shape[1:]) for k, v in phys.items()})
+    sample_dims = ("chain", "draw")
+    groups = {"posterior": _dataset(post, n=n, sample_dims=sample_dims, coords=coords)}
+    if sample_stats:
+        groups["sample_stats"] = _dataset(sample_stats, n=n, sample_dims=sample_dims, coords=coords)
+    if compute_log_likelihood:
+        ll = log_likelihood(bayes_model.model, flat, data)
+        ll = {k: np.asarray(v).reshape(C, D, *np.shape(v)[1:]) for k, v in ll.items()}
+        groups["log_likelihood"] = _dataset(
+            ll, n=n, sample_dims=sample_dims, n_obs=n_obs, coords=coords
+        )
+    groups["observed_data"] = _dataset(observed, n=n, sample_dims=(), n_obs=n_obs, coords=coords)
+    groups["constant_data"] = _dataset(
+        {f: getattr(data, f) for f in ("q", "qd", "qdd", "tau")},
+        n=n,
+        sample_dims=(),
+        n_obs=n_obs,
+        coords=coords,
+    )
+    if num_predictive > 0 and observed:
+        per_chain = max(1, min(D, num_predictive // C))
+        idx = np.unique(np.linspace(0, D - 1, per_chain).round().astype(int))
+        thin = {k: jnp.asarray(v)[:, idx] for k, v in samples.items()}
+        thin_flat = {k: v.reshape(C * len(idx), *v.shape[2:]) for k, v in thin.items()}
+        pred = Predictive(
+            bayes_model.model, posterior_samples=thin_flat, return_sites=list(observed)
+        )
+        draws = pred(key, data)
+        draws = {k: np.asarray(v).reshape(C, len(idx), *np.shape(v)[1:]) for k, v in draws.items()}
+        pp_coords = dict(coords, draw=idx)
+        groups["posterior_predictive"] = _dataset(
+            draws, n=n, sample_dims=sample_dims, n_obs=n_obs, coords=pp_coords
+        )
+    for name, ds in (extra_groups or {}).items():
+        groups[name] = ds
+    site_names = {stored_name(s): s for s in [*samples, *observed]}
+    root = dict(attrs)
+    root.update(
+        schema_version=SCHEMA_VERSION,
+        latent_sites=sorted(samples),
+        observed_sites=sorted(observed),
+        physical_names=sorted(phys),
+        site_names=site_names,
+        energy_class=str(getattr(bayes_model, "energy_class", "unknown")),
+        robot_name=robot.name,
+        robot_urdf=bn.to_urdf(robot),
+        joint_names=list(robot.joint_names),
+        packages=package_versions(),
+        x64=bool(jax.config.jax_enable_x64),
+    )
+    encoded = {
+        k: (json.dumps(v) if isinstance(v, dict | list | tuple | bool) or v is None else v)
+        for k, v in root.items()
+    }
+    tree = xr.DataTree.from_dict({f"/{k}": v for k, v in groups.items()})
+    tree.attrs = encoded
+    return tree
+
+
+def _decode(value):
+    if isinstance(value, str) and value[:1] in ("{", "[") or value in ("true", "false", "null"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FitResult:
+    """One fit: the ArviZ DataTree and the names that identify what was fitted.
+
+    Fields:
+        idata: ``xarray.DataTree`` with the groups listed in this module's docstring.
+        variant: the model variant's name (e.g. ``"diffnea/viscous/informative"``).
+        system: the robot's name (``"cartpole"``, ``"furuta"`` or a user's robot).
+        method: ``"svi"`` or ``"nuts"``.
+    """
+
+    idata: xr.DataTree
+    variant: str
+    system: str
+    method: str
+
+    @property
+    def attrs(self) -> dict:
+        """Root attributes, JSON-decoded."""
+        return {k: _decode(v) for k, v in self.idata.attrs.items()}
+
+    @property
+    def latent_sites(self) -> tuple[str, ...]:
+        """Names of the model's latent sites (virtual parameters)."""
+        return tuple(self.attrs["latent_sites"])
+
+    @property
+    def physical_names(self) -> tuple[str, ...]:
+        """Names of the physical quantities in the posterior group."""
+        return tuple(self.attrs["physical_names"])
+
+    @property
+    def num_chains(self) -> int:
+        return int(self.idata["posterior"].sizes["chain"])
+
+    @property
+    def num_draws(self) -> int:
+        return int(self.idata["posterior"].sizes["draw"])
+
+    def posterior_samples(self, *, group_by_chain: bool = False) -> dict[str, jax.Array]:
+        """Latent sites ``{site name: (C * D, ...)}`` (or ``(C, D, ...)`` when grouped by chain).
+
+        Feed one draw (``jax.tree.map(lambda x: x[i], samples)``) or all of them through
+        ``jax.vmap`` to ``bayes_model.physical`` or ``bayes_model.qdd_fn``.
+        """
+        post = self.idata["posterior"]
+        out = {}
+        for site in self.latent_sites:
+            arr = jnp.asarray(post[stored_name(site)].values)
+            out[site] = arr if group_by_chain else arr.reshape(-1, *arr.shape[2:])
+        return out
+
+    def physical_samples(self, *, group_by_chain: bool = False) -> dict[str, np.ndarray]:
+        """Physical quantities ``{name: (C * D, ...)}`` (``(C, D, ...)`` grouped by chain)."""
+        post = self.idata["posterior"]
+        out = {}
+        for name in self.physical_names:
+            arr = np.asarray(post[name].values)
+            out[name] = arr if group_by_chain else arr.reshape(-1, *arr.shape[2:])
+        return out
+
+    def robot(self) -> bn.Robot:
+        """The fitted robot: the built-in system of that name, else rebuilt from the stored URDF."""
+        try:
+            robot = bn.get_system(self.system)
+        except ValueError:
+            robot = bn.load_urdf(self.attrs["robot_urdf"])
+        return robot
+
+    def model(self):
+        """The ``BayesianModel`` rebuilt from the stored variant, system and likelihood.
+
+        Raises:
+            ValueError: the variant is not in ``models.variant_names()``.
+        """
+        from models import build_model
+
+        return build_model(self.variant, self.robot(), likelihood=self.attrs["likelihood"])
+
+    def data(self) -> dict[str, np.ndarray]:
+        """The fitted arrays ``{"q", "qd", "qdd", "tau"}``, each (N, n)."""
+        cd = self.idata["constant_data"]
+        return {f: np.asarray(cd[f].values) for f in ("q", "qd", "qdd", "tau")}
+
+    def diagnostics(self) -> dict:
+        """Convergence diagnostics of the posterior's latent sites.
+
+        Returns:
+            ``{"rhat_max", "ess_bulk_min", "ess_tail_min", "divergences", "max_tree_depth_hits",
+            "num_chains", "num_draws"}``; R-hat and ESS (rank-normalised, Vehtari et al. 2021,
+            ArviZ) are ``nan`` with fewer than 2 chains or 4 draws; counts are 0 for SVI.
+        """
+        import arviz as az
+
+        post = self.idata["posterior"].to_dataset()[[stored_name(s) for s in self.latent_sites]]
+        C, D = self.num_chains, self.num_draws
+        out = {"num_chains": C, "num_draws": D}
+        if C >= 2 and D >= 4:
+            rhat = az.rhat(post)
+            ess_bulk = az.ess(post, method="bulk")
+            ess_tail = az.ess(post, method="tail")
+            out["rhat_max"] = float(max(float(rhat[v].max()) for v in rhat.data_vars))
+            out["ess_bulk_min"] = float(min(float(ess_bulk[v].min()) for v in ess_bulk.data_vars))
+            out["ess_tail_min"] = float(min(float(ess_tail[v].min()) for v in ess_tail.data_vars))
+        else:
+            out.update(rhat_max=float("nan"), ess_bulk_min=float("nan"), ess_tail_min=float("nan"))
+        stats = self.idata["sample_stats"] if "sample_stats" in self.idata.children else None
+        out["divergences"] = int(stats["diverging"].sum()) if stats is not None else 0
+        hits = (
+            stats["reached_max_tree_depth"]
+            if stats is not None and "reached_max_tree_depth" in stats
+            else None
+        )
+        out["max_tree_depth_hits"] = int(hits.sum()) if hits is not None else 0
+        return out
+
+    def summary(self, *, physical: bool = True, var_names=None):
+        """``arviz.summary`` (mean, sd, 89% ETI, MCSE, ESS, R-hat) as a pandas DataFrame.
+
+        Args:
+            physical: summarise the physical quantities (default) rather than the latent sites.
+            var_names: restrict to these stored variable names.
+        """
+        import arviz as az
+
+        names = var_names or (
+            list(self.physical_names) if physical else [stored_name(s) for s in self.latent_sites]
+        )
+        return az.summary(self.idata, group="posterior", var_names=names)
+
+
+def result_from_tree(tree: xr.DataTree) -> FitResult:
+    """Wrap a DataTree written by :func:`build_idata` (checks the schema version)."""
+    version = tree.attrs.get("schema_version")
+    if version is None or int(version) > SCHEMA_VERSION:
+        raise ValueError(
+            f"not a bayes-nea fit result (schema_version {version!r}, supported <= {SCHEMA_VERSION})"
+        )
+    return FitResult(
+        idata=tree,
+        variant=str(tree.attrs["variant"]),
+        system=str(tree.attrs["system"]),
+        method=str(tree.attrs["method"]),
+    )
+
+
+def save_result(result: FitResult, path) -> None:
+    """Write a result to ``path`` (netCDF 4 via h5netcdf), atomically.
+
+    The tree is written to a temporary file in the target directory and renamed over ``path``
+    (``os.replace``), so an interrupted write never leaves a partial file and an existing file is
+    untouched when writing fails.
+
+    Raises:
+        ValueError: ``path``'s directory does not exist.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ValueError(f"cannot save result to {path!r}: directory {directory!r} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
+    os.close(fd)
+    try:
+        result.idata.to_netcdf(tmp, engine="h5netcdf")
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+
+
+def load_result(path) -> FitResult:
+    """Read a result written by :func:`save_result` (fully into memory; the file is closed).
+
+    Raises:
+        ValueError: the file does not exist or is not a bayes-nea result.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"no result file at {path!r}")
+    try:
+        with xr.open_datatree(path, engine="h5netcdf") as tree:
+            tree = tree.load().copy()
+    except OSError as err:
+        raise ValueError(f"{path!r} is not a readable netCDF result: {err}") from None
+    return result_from_tree(tree)
+
+
+__all__ = ["FitResult", "build_idata", "load_result", "save_result"]

@@ -1,0 +1,451 @@
+"""Stochastic variational inference with optax optimisers, in a jitted ``lax.scan`` over chunks.
+
+The ELBO (Trace_ELBO; Wingate & Weber 2013, Ranganath et al. 2014) is maximised by an optax
+optimiser. Steps run as a compiled ``lax.scan`` of ``chunk_size`` updates (about 10x faster than
+``SVI.run``'s Python loop, STACK-NOTES.md); progress and non-finite losses are checked between
+chunks. Guides: ``"delta"`` (MAP, ``AutoDelta``), ``"normal"`` (mean field, ``AutoNormal``),
+``"mvn"`` (full-rank Gaussian) and ``"lowrank"`` (low-rank plus diagonal Gaussian). Gaussian guides
+start at the MAP (an ``AutoDelta`` fit of ``map_steps`` steps, or ``init``) with a small
+``init_scale``: their default of 0.1 does not converge against posterior spreads of ~0.003.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import xarray as xr
+from jax import lax
+from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer.autoguide import (
+    AutoDelta,
+    AutoLowRankMultivariateNormal,
+    AutoMultivariateNormal,
+    AutoNormal,
+)
+from numpyro.infer.initialization import init_to_mean, init_to_value
+from numpyro.optim import optax_to_numpyro
+
+from inference._common import (
+    base_attrs,
+    check_same_fit,
+    point_values,
+    raw_key,
+    with_library_promotion,
+)
+from inference._progress import ProgressLine
+from inference._state import state_from_dataset, state_to_dataset
+from inference._validate import check_choice, check_positive_int, prepare_data
+from inference.result import FitResult, build_idata, trace_sites
+
+GUIDES = ("delta", "normal", "mvn", "lowrank")
+OPTIMIZERS = {
+    "adam": optax.adam,
+    "adamw": optax.adamw,
+    "adabelief": optax.adabelief,
+    "radam": optax.radam,
+    "rmsprop": optax.rmsprop,
+    "sgd": optax.sgd,
+    "lamb": optax.lamb,
+}
+SCHEDULES = ("constant", "cosine", "exponential", "linear", "warmup_cosine")
+FINAL_FRACTION = 0.01  # decaying schedules end at 1% of the peak learning rate
+
+
+class ConvergenceReport(NamedTuple):
+    """How the loss settled over the last steps of an SVI fit.
+
+    Fields:
+        steps: optimisation steps run (all stages after resumption included).
+        final_loss: the last loss (negative ELBO).
+        last_mean: mean loss over the last ``window`` steps.
+        previous_mean: mean loss over the ``window`` steps before those.
+        relative_change: ``|last_mean - previous_mean| / max(|previous_mean|, 1)``.
+        slope: least-squares slope of the loss over the last ``window`` steps, per step.
+        noise: standard error of ``last_mean - previous_mean`` from the losses' scatter.
+        window: steps in each window (a tenth of the steps, at least 1).
+        converged: ``relative_change <= rtol`` or the change is within 3 ``noise``.
+        message: one line for people.
+    """
+
+    steps: int
+    final_loss: float
+    last_mean: float
+    previous_mean: float
+    relative_change: float
+    slope: float
+    noise: float
+    window: int
+    converged: bool
+    message: str
+
+
+def convergence_report(losses, *, rtol: float = 1e-4) -> ConvergenceReport:
+    """Compare the mean loss of the last tenth of the steps with the tenth before it.
+
+    Args:
+        losses: (steps,) loss trace.
+        rtol: relative change below which the loss counts as settled.
+    """
+    losses = np.asarray(losses, dtype=np.float64)
+    steps = losses.size
+    if steps == 0:
+        raise ValueError("no losses to report on (steps = 0)")
+    window = max(1, steps // 10)
+    last = losses[-window:]
+    prev = losses[-2 * window : -window] if steps >= 2 * window else losses[:window]
+    last_mean, prev_mean = float(last.mean()), float(prev.mean())
+    change = abs(last_mean - prev_mean) / max(abs(prev_mean), 1.0)
+    noise = float(np.sqrt(last.var() / last.size + prev.var() / prev.size))
+    slope = float(np.polyfit(np.arange(last.size), last, 1)[0]) if last.size > 1 else 0.0
+    finite = bool(np.all(np.isfinite(losses)))
+    converged = finite and (change <= rtol or abs(last_mean - prev_mean) <= 3 * noise)
+    if not finite:
+        message = "not converged: the loss became non-finite; lower the learning rate"
+    elif converged:
+        message = (
+            f"converged: mean loss {last_mean:.6g} over the last {window} steps, relative change "
+            f"{change:.2e} from the {window} before (rtol {rtol:g}; noise {noise:.2e})"
+        )
+    else:
+        message = (
+            f"not converged: mean loss {last_mean:.6g} over the last {window} steps moved by "
+            f"{change:.2e} (relative, rtol {rtol:g}) from the {window} before, slope "
+            f"{slope:.3g}/step; run more steps (fit_svi(..., resume=result)) or adjust the "
+            "learning rate"
+        )
+    return ConvergenceReport(
+        steps=steps,
+        final_loss=float(losses[-1]),
+        last_mean=last_mean,
+        previous_mean=prev_mean,
+        relative_change=float(change),
+        slope=slope,
+        noise=noise,
+        window=window,
+        converged=converged,
+        message=message,
+    )
+
+
+def make_optimizer(
+    name: str = "adam",
+    learning_rate: float = 1e-2,
+    *,
+    schedule: str = "constant",
+    steps: int = 1000,
+    clip_norm: float | None = None,
+) -> optax.GradientTransformation:
+    """An optax optimiser by name with a learning-rate schedule.
+
+    Args:
+        name: one of ``OPTIMIZERS`` (adam, adamw, adabelief, radam, rmsprop, sgd, lamb).
+        learning_rate: peak learning rate (> 0).
+        schedule: ``"constant"``, ``"cosine"`` (cosine decay to 1% over ``steps``),
+            ``"exponential"`` (to 1% over ``steps``), ``"linear"`` (to 1%), ``"warmup_cosine"``
+            (linear warm-up over the first 10% of ``steps``, then cosine decay to 1%).
+        steps: the schedule's horizon; past it the final rate is kept.
+        clip_norm: clip the gradient's global norm to this value first (None: no clipping).
+
+    Raises:
+        ValueError: unknown name or schedule, non-positive rate or steps.
+    """
+    check_choice("optimizer", name, tuple(OPTIMIZERS))
+    check_choice("schedule", schedule, SCHEDULES)
+    if not learning_rate > 0:
+        raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
+    steps = check_positive_int("steps", steps)
+    end = FINAL_FRACTION * learning_rate
+    if schedule == "constant":
+        lr = learning_rate
+    elif schedule == "cosine":
+        lr = optax.cosine_decay_schedule(learning_rate, steps, alpha=FINAL_FRACTION)
+    elif schedule == "exponential":
+        lr = optax.exponential_decay(learning_rate, steps, FINAL_FRACTION, end_value=end)
+    elif schedule == "linear":
+        lr = optax.linear_schedule(learning_rate, end, steps)
+    else:
+        lr = optax.warmup_cosine_decay_schedule(
+            0.0, learning_rate, max(1, steps // 10), steps, end_value=end
+        )
+    opt = OPTIMIZERS[name](lr)
+    if clip_norm is not None:
+        opt = optax.chain(optax.clip_by_global_norm(clip_norm), opt)
+    return opt
+
+
+def _make_guide(name: str, model, *, init_loc_fn, init_scale: float, rank):
+    if name == "delta":
+        return AutoDelta(model, init_loc_fn=init_loc_fn)
+    if name == "normal":
+        return AutoNormal(model, init_loc_fn=init_loc_fn, init_scale=init_scale)
+    if name == "mvn":
+        return AutoMultivariateNormal(model, init_loc_fn=init_loc_fn, init_scale=init_scale)
+    return AutoLowRankMultivariateNormal(
+        model, init_loc_fn=init_loc_fn, init_scale=init_scale, rank=rank
+    )
+
+
+def _run_svi(svi, state, data, *, steps, chunk_size, model_kwargs, label, progress):
+    """Run ``steps`` SVI updates as compiled chunks. Returns (state, losses, compile_s, run_s)."""
+
+    def chunk(state, data, length):
+        def body(s, _):
+            return svi.update(s, data, **model_kwargs)
+
+        return lax.scan(body, state, None, length=length)
+
+    chunk_size = min(chunk_size, steps)
+    compiled = {}
+    t0 = time.perf_counter()
+    compiled[chunk_size] = jax.jit(chunk, static_argnums=2).lower(state, data, chunk_size).compile()
+    compile_s = time.perf_counter() - t0
+    bar = ProgressLine(label, steps, enabled=progress)
+    losses = []
+    done = 0
+    t0 = time.perf_counter()
+    while done < steps:
+        length = min(chunk_size, steps - done)
+        if length not in compiled:
+            compiled[length] = jax.jit(chunk, static_argnums=2).lower(state, data, length).compile()
+        new_state, chunk_losses = compiled[length](state, data)
+        chunk_losses = np.asarray(chunk_losses)
+        if not np.all(np.isfinite(chunk_losses)):
+            bad = done + int(np.flatnonzero(~np.isfinite(chunk_losses))[0])
+            warnings.warn(
+                f"SVI loss became non-finite at step {bad}; stopped and kept the state of step "
+                f"{done}. Lower the learning rate or start closer to the MAP.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            losses.append(chunk_losses[: bad - done])
+            break
+        state = new_state
+        losses.append(chunk_losses)
+        done += length
+        bar.update(done, loss=float(chunk_losses[-1]))
+    bar.close()
+    run_s = time.perf_counter() - t0
+    return state, np.concatenate(losses) if losses else np.zeros(0), compile_s, run_s
+
+
+@with_library_promotion
+def fit_svi(
+    bayes_model,
+    data,
+    *,
+    key,
+    guide: str = "delta",
+    steps: int = 3000,
+    learning_rate: float = 1e-2,
+    optimizer: str = "adam",
+    schedule: str = "constant",
+    clip_norm: float | None = None,
+    map_steps: int | None = None,
+    init_scale: float = 1e-3,
+    rank: int | None = None,
+    num_particles: int = 1,
+    num_samples: int = 1000,
+    chunk_size: int | None = None,
+    subsample_size: int | None = None,
+    init=None,
+    resume: FitResult | None = None,
+    convergence_rtol: float = 1e-4,
+    num_predictive: int = 200,
+    log_likelihood: bool = True,
+    progress: bool = True,
+) -> FitResult:
+    """Fit ``bayes_model`` to ``data`` by SVI and return the guide's posterior as a result.
+
+    Args:
+        bayes_model: a ``models.BayesianModel`` (or any object with its protocol).
+        data: ``models.ModelData`` (fields ``q, qd, qdd, tau`` (N, n)) or a ``data.Dataset``.
+        key: ``jax.random`` key or int seed (MAP stage, ELBO noise, guide draws, predictive).
+        guide: ``"delta"`` (MAP), ``"normal"``, ``"mvn"`` or ``"lowrank"``.
+        steps: optimisation steps of the guide.
+        learning_rate, optimizer, schedule, clip_norm: see :func:`make_optimizer`.
+        map_steps: steps of the ``AutoDelta`` fit that places a Gaussian guide (default
+            ``steps``; 0 or an ``init`` skips it).
+        init_scale: initial scale of a Gaussian guide (unconstrained space).
+        rank: rank of the ``"lowrank"`` guide (default: NumPyro's, about sqrt of the dimension).
+        num_particles: ELBO particles per step.
+        num_samples: posterior draws from a Gaussian guide (a delta guide gives 1 draw).
+        chunk_size: steps per compiled chunk (default ``max(1, steps // 20)``).
+        subsample_size: minibatch size passed to ``bayes_model.model`` (None: all data).
+        init: a ``FitResult`` (its posterior mean) or ``{site: value}`` to start the guide from.
+        resume: an SVI ``FitResult`` of the same variant, guide and data to continue from (its
+            stored optimiser state, optimiser settings and loss trace); ``steps`` more are run.
+        convergence_rtol: relative loss change for :func:`convergence_report`.
+        num_predictive: posterior-predictive draws (0: none).
+        log_likelihood: add the pointwise log-likelihood group.
+        progress: print a progress line per chunk on stderr.
+
+    Returns:
+        A :class:`FitResult` with ``method="svi"``; root attributes ``settings``, ``convergence``
+        (a :class:`ConvergenceReport` as a dict), ``timing`` (compile s, run s, steps/s).
+
+    Raises:
+        ValueError: bad data for the robot (joint count, empty, NaN), unknown guide, optimiser or
+            schedule, a ``resume`` result that does not match.
+    """
+    data, summary = prepare_data(bayes_model, data)
+    check_choice("guide", guide, GUIDES)
+    steps = check_positive_int("steps", steps)
+    num_samples = check_positive_int("num_samples", num_samples)
+    num_particles = check_positive_int("num_particles", num_particles)
+    num_predictive = check_positive_int("num_predictive", num_predictive, allow_zero=True)
+    if chunk_size is None:
+        chunk_size = max(1, steps // 20)
+    chunk_size = check_positive_int("chunk_size", chunk_size)
+    if not init_scale > 0:
+        raise ValueError(f"init_scale must be > 0, got {init_scale}")
+    if subsample_size is not None:
+        subsample_size = check_positive_int("subsample_size", subsample_size)
+        if subsample_size > data.q.shape[0]:
+            raise ValueError(
+                f"subsample_size {subsample_size} > number of samples {data.q.shape[0]}"
+            )
+    if rank is not None:
+        rank = check_positive_int("rank", rank)
+    key, seed = raw_key(key)
+    k_map, k_init, k_draw, k_pred = jax.random.split(key, 4)
+    model_kwargs = {} if subsample_size is None else {"subsample_size": subsample_size}
+    latent, _ = trace_sites(bayes_model, data)
+    settings = {
+        "guide": guide,
+        "optimizer": optimizer,
+        "learning_rate": float(learning_rate),
+        "schedule": schedule,
+        "schedule_steps": steps,
+        "clip_norm": clip_norm,
+        "init_scale": float(init_scale),
+        "rank": rank,
+        "num_particles": num_particles,
+        "chunk_size": chunk_size,
+        "subsample_size": subsample_size,
+    }
+    previous_losses = np.zeros(0)
+    map_losses = np.zeros(0)
+    timing = {"compile_s": 0.0, "run_s": 0.0}
+    stored = None
+    if resume is not None:
+        check_same_fit(resume, bayes_model, data, method="svi", what="resume")
+        old = resume.attrs["settings"]
+        if old["guide"] != guide:
+            raise ValueError(f"resume: result used guide {old['guide']!r}, asked for {guide!r}")
+        if "svi_state" not in resume.idata.children:
+            raise ValueError("resume: the result holds no SVI state")
+        settings.update({k: old[k] for k in settings if k not in ("chunk_size",)})
+        stored = resume.idata["svi_state"].to_dataset()
+        previous_losses = np.asarray(resume.idata["svi_loss"]["loss"].values)
+        if "map_loss" in resume.idata["svi_loss"]:
+            map_losses = np.asarray(resume.idata["svi_loss"]["map_loss"].values)
+        init_loc_fn = init_to_mean()
+    elif init is not None:
+        values = point_values(init, latent) if isinstance(init, FitResult) else dict(init)
+        init_loc_fn = init_to_value(values=values)
+    else:
+        init_loc_fn = init_to_mean()
+        if guide != "delta":
+            map_steps = steps if map_steps is None else map_steps
+            map_steps = check_positive_int("map_steps", map_steps, allow_zero=True)
+            if map_steps > 0:
+                delta = AutoDelta(bayes_model.model, init_loc_fn=init_loc_fn)
+                opt = make_optimizer(
+                    optimizer,
+                    learning_rate,
+                    schedule=schedule,
+                    steps=map_steps,
+                    clip_norm=clip_norm,
+                )
+                map_svi = SVI(bayes_model.model, delta, optax_to_numpyro(opt), Trace_ELBO())
+                map_state = map_svi.init(k_map, data, **model_kwargs)
+                map_state, map_losses, c_s, r_s = _run_svi(
+                    map_svi,
+                    map_state,
+                    data,
+                    steps=map_steps,
+                    chunk_size=max(1, map_steps // 20),
+                    model_kwargs=model_kwargs,
+                    label="svi map",
+                    progress=progress,
+                )
+                timing["compile_s"] += c_s
+                timing["run_s"] += r_s
+                point = delta.median(map_svi.get_params(map_state))
+                init_loc_fn = init_to_value(values={k: point[k] for k in latent})
+            settings["map_steps"] = map_steps
+    guide_obj = _make_guide(
+        guide,
+        bayes_model.model,
+        init_loc_fn=init_loc_fn,
+        init_scale=settings["init_scale"],
+        rank=settings["rank"],
+    )
+    opt = make_optimizer(
+        settings["optimizer"],
+        settings["learning_rate"],
+        schedule=settings["schedule"],
+        steps=settings["schedule_steps"],
+        clip_norm=settings["clip_norm"],
+    )
+    elbo = Trace_ELBO(num_particles=settings["num_particles"])
+    svi = SVI(bayes_model.model, guide_obj, optax_to_numpyro(opt), elbo)
+    state = svi.init(k_init, data, **model_kwargs)
+    if stored is not None:
+        state = state_from_dataset(stored, state, kind=f"svi/{guide}")
+    state, losses, c_s, r_s = _run_svi(
+        svi,
+        state,
+        data,
+        steps=steps,
+        chunk_size=chunk_size,
+        model_kwargs=model_kwargs,
+        label=f"svi {guide}",
+        progress=progress,
+    )
+    timing["compile_s"] += c_s
+    timing["run_s"] += r_s
+    timing["steps_per_s"] = float(losses.size / max(r_s, 1e-12))
+    all_losses = np.concatenate([previous_losses, losses])
+    report = convergence_report(all_losses, rtol=convergence_rtol)
+    settings["steps"] = int(all_losses.size)
+
+    params = svi.get_params(state)
+    draws = 1 if guide == "delta" else num_samples
+    post = guide_obj.sample_posterior(k_draw, params, sample_shape=(draws,))
+    samples = {k: jnp.asarray(post[k])[None] for k in latent}
+    loss_vars = {"loss": ("step", all_losses)}
+    if map_losses.size:
+        loss_vars["map_loss"] = ("map_step", np.asarray(map_losses))
+    attrs = base_attrs(bayes_model, data, method="svi", seed=seed, summary=summary)
+    attrs.update(settings=settings, convergence=report._asdict(), timing=timing)
+    extra = {
+        "svi_state": state_to_dataset(state, kind=f"svi/{guide}"),
+        "svi_loss": xr.Dataset(loss_vars),
+        "guide_params": xr.Dataset(
+            {
+                k.replace("/", "."): (
+                    tuple(f"{k.replace('/', '.')}_dim_{i}" for i in range(np.ndim(v))),
+                    np.asarray(v),
+                )
+                for k, v in params.items()
+            }
+        ),
+    }
+    tree = build_idata(
+        bayes_model,
+        data,
+        samples,
+        key=k_pred,
+        num_predictive=num_predictive,
+        compute_log_likelihood=log_likelihood,
+        attrs=attrs,
+        extra_groups=extra,
+    )
+    return FitResult(idata=tree, variant=attrs["variant"], system=attrs["system"], method="svi")
