@@ -21,7 +21,10 @@ def raw_key(key) -> tuple[jax.Array, int | None]:
     arr = key
     if hasattr(arr, "dtype") and jnp.issubdtype(arr.dtype, jax.dtypes.prng_key):
         arr = jax.random.key_data(arr)
-    arr = jnp.asarray(arr)
+    try:
+        arr = jnp.asarray(arr)
+    except TypeError:
+        raise ValueError(f"key must be an int seed or a jax.random key, got {key!r}") from None
     if arr.shape != (2,) or arr.dtype != jnp.uint32:
         raise ValueError(
             f"key must be an int seed or a single jax.random key, got shape {arr.shape} {arr.dtype}"

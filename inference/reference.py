@@ -12,6 +12,7 @@ viscous site under a NumPyro name scope (``"actuator/viscous"``) like the real a
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -58,13 +59,7 @@ class LinearGaussianModel:
 
     def features(self, q, qd, qdd):
         """``F`` (N, n, b + n): base regressor and viscous columns, ``tau = F w``."""
-        E = jnp.asarray(self.to_theta, q.dtype)
-
-        def one(q, qd, qdd):
-            Y = bn.joint_torque_regressor(self.robot, q, qd, qdd, params=self.robot.params(q.dtype))
-            return jnp.concatenate([Y @ E, jnp.diag(qd)], axis=1)
-
-        return jax.vmap(one)(q, qd, qdd)
+        return _features(self, q, qd, qdd)
 
     def model(self, data, *, subsample_size=None) -> None:
         """NumPyro model: sites ``beta`` (b,), ``actuator/viscous`` (n,), observed ``obs_tau``."""
@@ -116,6 +111,19 @@ class LinearGaussianModel:
         cov = np.linalg.inv(precision)
         mean = cov @ (P0 @ self.prior_mean + F.T @ tau / self.noise_sd**2)
         return mean, cov
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _features(model: LinearGaussianModel, q, qd, qdd):
+    # One compiled computation, also when NumPyro runs the model eagerly (initialisation).
+    E = jnp.asarray(model.to_theta, q.dtype)
+    robot = model.robot
+
+    def one(q, qd, qdd):
+        Y = bn.joint_torque_regressor(robot, q, qd, qdd, params=robot.params(q.dtype))
+        return jnp.concatenate([Y @ E, jnp.diag(qd)], axis=1)
+
+    return jax.vmap(one)(q, qd, qdd)
 
 
 def linear_gaussian_model(

@@ -39,6 +39,7 @@ import numpyro  # noqa: F401  (NumPyro before ArviZ: STACK-NOTES.md)
 import xarray as xr
 from numpyro import handlers
 from numpyro.infer import Predictive, log_likelihood
+from numpyro.infer.initialization import init_to_mean
 
 import bayes_nea as bn
 from bayes_nea.spatial import THETA_NAMES
@@ -73,7 +74,7 @@ def trace_sites(bayes_model, data, sample: dict | None = None) -> tuple[dict, di
         ``(latent, observed)``: ``{site name: value}`` for the non-observed sample sites (shapes of
         one draw) and for the observed ones (the observed values).
     """
-    model = bayes_model.model
+    model = handlers.substitute(bayes_model.model, substitute_fn=init_to_mean)
     if sample is not None:
         model = handlers.substitute(model, data=sample)
     tr = handlers.trace(handlers.seed(model, jax.random.PRNGKey(0))).get_trace(data)
@@ -225,8 +226,11 @@ def build_idata(
         idx = np.unique(np.linspace(0, D - 1, per_chain).round().astype(int))
         thin = {k: jnp.asarray(v)[:, idx] for k, v in samples.items()}
         thin_flat = {k: v.reshape(C * len(idx), *v.shape[2:]) for k, v in thin.items()}
+        # uncondition: draw the observed sites anew instead of returning the observations
         pred = Predictive(
-            bayes_model.model, posterior_samples=thin_flat, return_sites=list(observed)
+            handlers.uncondition(bayes_model.model),
+            posterior_samples=thin_flat,
+            return_sites=list(observed),
         )
         draws = pred(key, data)
         draws = {k: np.asarray(v).reshape(C, len(idx), *np.shape(v)[1:]) for k, v in draws.items()}

@@ -1,0 +1,187 @@
+"""NUTS against the closed-form posterior of a conjugate linear-Gaussian model (Bishop eq. 3.50)."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import bayes_nea as bn
+from inference import fit_nuts, fit_svi, load_result, save_result
+from inference.reference import linear_gaussian_model, simulate
+
+NOISE = 0.1
+
+
+@pytest.fixture(scope="module")
+def problem():
+    model = linear_gaussian_model(bn.get_system("cartpole"), noise_sd=NOISE)
+    data, _ = simulate(model, key=7, n_samples=30)
+    mean, cov = model.posterior(data)
+    return model, data, mean, cov
+
+
+@pytest.fixture(scope="module")
+def nuts_fit(problem):
+    model, data, _, _ = problem
+    return fit_nuts(
+        model,
+        data,
+        key=0,
+        num_warmup=250,
+        num_samples=250,
+        num_chains=2,
+        progress=False,
+        num_predictive=40,
+    )
+
+
+def _w(samples):
+    return np.concatenate(
+        [np.asarray(samples["beta"]), np.asarray(samples["actuator/viscous"])], -1
+    )
+
+
+def test_posterior_matches_closed_form(problem, nuts_fit):
+    _, _, mean, cov = problem
+    sd = np.sqrt(np.diag(cov))
+    w = _w(nuts_fit.posterior_samples())
+    assert w.shape == (500, mean.size)
+    # ESS >= 200 per coordinate (checked below): MC error of the mean <= 0.07 sd, of the sd ~5%.
+    np.testing.assert_array_less(np.abs(w.mean(0) - mean) / sd, 0.3)
+    np.testing.assert_allclose(w.std(0), sd, rtol=0.2)
+
+
+def test_diagnostics_reported(nuts_fit):
+    d = nuts_fit.diagnostics()
+    assert d["divergences"] == 0
+    assert d["rhat_max"] < 1.05
+    assert d["ess_bulk_min"] > 100
+    stats_ = nuts_fit.idata["sample_stats"]
+    for name in (
+        "diverging",
+        "tree_depth",
+        "energy",
+        "n_steps",
+        "acceptance_rate",
+        "step_size",
+        "lp",
+    ):
+        assert stats_[name].shape == (2, 250), name
+    # a tree of depth d holds at most 2^d - 1 leapfrog steps
+    assert np.all(stats_["n_steps"].values <= 2 ** stats_["tree_depth"].values - 1)
+    assert 0.5 < float(stats_["acceptance_rate"].mean()) <= 1.0
+    assert nuts_fit.attrs["timing"]["ess_bulk_per_s"] > 0
+
+
+def test_groups_and_physical_quantities(problem, nuts_fit):
+    model, data, _, _ = problem
+    idata = nuts_fit.idata
+    post = idata["posterior"]
+    beta = post["beta"].values
+    # base parameters of the reported theta = E beta are beta again (B E = 1, Gautier 1991)
+    np.testing.assert_allclose(post["base_parameters"].values, beta, atol=1e-12)
+    np.testing.assert_allclose(post["mass"].values, post["theta"].values[..., 0])
+    np.testing.assert_allclose(post["viscous"].values, post["actuator.viscous"].values)
+    assert list(post["theta"].coords["joint"].values) == ["cart", "pole"]
+    # pointwise log likelihood against scipy's normal density on the features
+    ll = idata["log_likelihood"]["obs_tau"].values
+    assert ll.shape == (2, 250, 30)
+    F = np.asarray(model.features(data.q, data.qd, data.qdd))
+    w = _w({"beta": beta[1, 7], "actuator/viscous": post["actuator.viscous"].values[1, 7]})
+    ref = stats.norm.logpdf(np.asarray(data.tau), F @ w, NOISE).sum(-1)
+    np.testing.assert_allclose(ll[1, 7], ref, rtol=1e-10)
+    np.testing.assert_allclose(idata["observed_data"]["obs_tau"].values, np.asarray(data.tau))
+    pp = idata["posterior_predictive"]["obs_tau"]
+    assert pp.shape == (2, 20, 30, 2)
+    # predictive residuals have the noise sd (+ small parameter spread): 1200 values, ~2% error
+    resid = pp.values - np.asarray(data.tau)[None, None]
+    assert 0.08 < resid.std() < 0.2
+
+
+def test_extend_keeps_draws_and_adds_new(problem, nuts_fit, tmp_path):
+    model, data, mean, cov = problem
+    path = tmp_path / "nuts.nc"
+    save_result(nuts_fit, path)
+    loaded = load_result(path)
+    more = fit_nuts(
+        model,
+        data,
+        key=1,
+        num_samples=100,
+        num_chains=2,
+        extend=loaded,
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    old = nuts_fit.posterior_samples(group_by_chain=True)["beta"]
+    new = more.posterior_samples(group_by_chain=True)["beta"]
+    assert new.shape == (2, 350, old.shape[-1])
+    np.testing.assert_array_equal(new[:, :250], old)
+    # new draws come from the same posterior without new warm-up
+    w_new = np.asarray(new[:, 250:]).reshape(-1, old.shape[-1])
+    b = old.shape[-1]
+    np.testing.assert_array_less(np.abs(w_new.mean(0) - mean[:b]) / np.sqrt(np.diag(cov))[:b], 0.5)
+    assert more.idata["sample_stats"]["diverging"].shape == (2, 350)
+    assert more.attrs["settings"]["num_samples"] == 350
+
+
+def test_extend_rejects_other_data(problem, nuts_fit):
+    model, data, _, _ = problem
+    other = data._replace(tau=data.tau + 1.0)
+    with pytest.raises(ValueError, match="data differ"):
+        fit_nuts(model, other, key=0, num_samples=10, extend=nuts_fit, progress=False)
+    with pytest.raises(ValueError, match="chains"):
+        fit_nuts(model, data, key=0, num_samples=10, num_chains=3, extend=nuts_fit, progress=False)
+
+
+def test_init_from_svi_result(problem):
+    model, data, mean, cov = problem
+    svi = fit_svi(
+        model,
+        data,
+        key=0,
+        steps=1000,
+        learning_rate=0.02,
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    fit = fit_nuts(
+        model,
+        data,
+        key=3,
+        num_warmup=100,
+        num_samples=100,
+        num_chains=1,
+        init=svi,
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    w = _w(fit.posterior_samples())
+    np.testing.assert_array_less(np.abs(w.mean(0) - mean) / np.sqrt(np.diag(cov)), 0.6)
+    assert fit.diagnostics()["divergences"] == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"target_accept": 1.5}, "target_accept must be in"),
+        ({"num_chains": 0}, "num_chains must be > 0"),
+        ({"num_samples": 2.5}, "num_samples must be an integer"),
+        ({"chain_method": "vectorized"}, "unknown chain_method"),
+        ({"key": "seed"}, "key must be"),
+    ],
+)
+def test_bad_options_raise(problem, options, message):
+    model, data, _, _ = problem
+    with pytest.raises(ValueError, match=message):
+        fit_nuts(model, data, **{"key": 0, "num_samples": 10, "progress": False, **options})
+
+
+def test_nan_data_raise(problem):
+    model, data, _, _ = problem
+    q = np.array(data.q)
+    q[3, 1] = np.nan
+    with pytest.raises(ValueError, match="non-finite .* first in sample 3"):
+        fit_nuts(model, data._replace(q=q), key=0, progress=False)

@@ -1,0 +1,201 @@
+"""SVI against the closed-form posterior of a conjugate linear-Gaussian model (Bishop eq. 3.50)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import bayes_nea as bn
+from inference import convergence_report, fit_svi, make_optimizer
+from inference.reference import linear_gaussian_model, simulate
+
+FAST = {"progress": False, "num_predictive": 0, "log_likelihood": False}
+
+
+@pytest.fixture(scope="module")
+def problem():
+    model = linear_gaussian_model(bn.get_system("cartpole"), noise_sd=0.1)
+    data, w_true = simulate(model, key=3, n_samples=30)
+    mean, cov = model.posterior(data)
+    return model, data, mean, cov
+
+
+def _w(samples):
+    return np.concatenate(
+        [np.asarray(samples["beta"]), np.asarray(samples["actuator/viscous"])], -1
+    )
+
+
+@pytest.fixture(scope="module")
+def delta_fit(problem):
+    model, data, _, _ = problem
+    return fit_svi(model, data, key=0, guide="delta", steps=1500, learning_rate=0.02, **FAST)
+
+
+def test_delta_guide_finds_the_posterior_mode(problem, delta_fit):
+    # Gaussian posterior: mode = mean. Adam with a constant rate hovers within ~1e-3 of it.
+    _, _, mean, cov = problem
+    sd = np.sqrt(np.diag(cov))
+    w = _w(delta_fit.posterior_samples())
+    assert w.shape == (1, mean.size)
+    np.testing.assert_array_less(np.abs(w[0] - mean) / sd, 0.05)
+    report = delta_fit.attrs["convergence"]
+    assert report["converged"], report["message"]
+    assert report["steps"] == 1500
+    assert delta_fit.attrs["timing"]["steps_per_s"] > 0
+
+
+def test_mean_field_guide_matches_conditional_sds(problem):
+    # The optimal mean-field Gaussian of a Gaussian posterior has the posterior mean and
+    # sds 1 / sqrt(diag(precision)) (Bishop 2006, sec. 10.1.2).
+    model, data, mean, cov = problem
+    fit = fit_svi(
+        model,
+        data,
+        key=1,
+        guide="normal",
+        steps=3000,
+        map_steps=1000,
+        learning_rate=0.01,
+        schedule="cosine",
+        num_samples=4000,
+        num_particles=4,
+        **FAST,
+    )
+    w = _w(fit.posterior_samples())
+    sd_mf = 1.0 / np.sqrt(np.diag(np.linalg.inv(cov)))
+    # 4000 draws: Monte-Carlo error of the mean 0.016 sd, of the sd 1.1%; ELBO noise adds more.
+    np.testing.assert_array_less(np.abs(w.mean(0) - mean) / sd_mf, 0.25)
+    np.testing.assert_allclose(w.std(0), sd_mf, rtol=0.2)
+
+
+@pytest.mark.slow
+def test_full_rank_guide_matches_posterior(problem):
+    model, data, mean, cov = problem
+    fit = fit_svi(
+        model,
+        data,
+        key=2,
+        guide="mvn",
+        steps=4000,
+        map_steps=1000,
+        learning_rate=0.01,
+        schedule="cosine",
+        num_samples=4000,
+        num_particles=4,
+        **FAST,
+    )
+    w = _w(fit.posterior_samples())
+    sd = np.sqrt(np.diag(cov))
+    np.testing.assert_array_less(np.abs(w.mean(0) - mean) / sd, 0.25)
+    np.testing.assert_allclose(w.std(0), sd, rtol=0.25)
+
+
+def test_resume_continues_exactly(problem):
+    # 100 + 100 steps resumed from the stored optimiser state = 200 uninterrupted steps.
+    model, data, _, _ = problem
+    opts = dict(key=5, guide="delta", learning_rate=0.02, chunk_size=50, **FAST)
+    whole = fit_svi(model, data, steps=200, **opts)
+    first = fit_svi(model, data, steps=100, **opts)
+    resumed = fit_svi(model, data, steps=100, resume=first, **opts)
+    np.testing.assert_allclose(
+        _w(resumed.posterior_samples()), _w(whole.posterior_samples()), rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        resumed.idata["svi_loss"]["loss"].values, whole.idata["svi_loss"]["loss"].values, rtol=1e-10
+    )
+    assert resumed.attrs["settings"]["steps"] == 200
+
+
+def test_float32_data_give_float32_posterior(problem):
+    # NumPyro draws float64 noise beside float32 scales when x64 is on, which strict promotion
+    # rejects inside its distributions; our code is float32-clean (BAYES_NEA_X64=0 runs all in
+    # float32, see benchmarks/inference.py).
+    model, data, mean, cov = problem
+    data32 = data._replace(**{f: jnp.asarray(getattr(data, f), jnp.float32) for f in data._fields})
+    with jax.numpy_dtype_promotion("standard"):
+        fit = fit_svi(model, data32, key=0, steps=1500, learning_rate=0.02, **FAST)
+    samples = fit.posterior_samples()
+    assert samples["beta"].dtype == jnp.float32
+    np.testing.assert_array_less(np.abs(_w(samples)[0] - mean) / np.sqrt(np.diag(cov)), 0.1)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"q": np.zeros((30, 3))}, "has 3 joints"),
+        (
+            {
+                "q": np.zeros((0, 2)),
+                "qd": np.zeros((0, 2)),
+                "qdd": np.zeros((0, 2)),
+                "tau": np.zeros((0, 2)),
+            },
+            "empty",
+        ),
+        ({"tau": np.full((30, 2), np.nan)}, "non-finite"),
+        ({"qd": np.zeros((29, 2))}, "different lengths"),
+        ({"q": np.zeros(30)}, "expected"),
+    ],
+)
+def test_bad_data_raise(problem, change, message):
+    model, data, _, _ = problem
+    with pytest.raises(ValueError, match=message):
+        fit_svi(model, data._replace(**change), key=0, steps=10, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"guide": "laplace"}, "unknown guide 'laplace'; valid values are"),
+        ({"optimizer": "adagrad"}, "unknown optimizer"),
+        ({"schedule": "step"}, "unknown schedule"),
+        ({"steps": 0}, "steps must be > 0"),
+        ({"subsample_size": 1000}, "subsample_size"),
+    ],
+)
+def test_bad_options_raise(problem, options, message):
+    model, data, _, _ = problem
+    with pytest.raises(ValueError, match=message):
+        fit_svi(model, data, key=0, progress=False, **{"steps": 10, **options})
+
+
+def test_not_a_model_raises(problem):
+    _, data, _, _ = problem
+    with pytest.raises(ValueError, match="is not a BayesianModel"):
+        fit_svi(object(), data, key=0)
+
+
+def test_convergence_report_on_known_traces():
+    rng = np.random.default_rng(0)
+    flat = 100.0 + 0.01 * rng.standard_normal(1000)
+    assert convergence_report(flat).converged
+    decaying = 100.0 * np.exp(-np.arange(1000) / 800.0)
+    report = convergence_report(decaying)
+    assert not report.converged
+    assert report.window == 100
+    # Least-squares slope of the last 100 steps of 100 exp(-t/800): about -100/800 exp(-950/800).
+    assert report.slope == pytest.approx(-100 / 800 * np.exp(-950 / 800), rel=0.01)
+    assert not convergence_report(np.array([1.0, np.nan, 1.0])).converged
+
+
+@pytest.mark.parametrize(
+    ("schedule", "lr_at"),
+    [
+        ("constant", lambda t: 0.1),
+        ("cosine", lambda t: 0.1 * (0.01 + 0.99 * 0.5 * (1 + np.cos(np.pi * min(t, 100) / 100)))),
+        ("linear", lambda t: 0.1 + (0.001 - 0.1) * min(t, 100) / 100),
+        ("exponential", lambda t: max(0.1 * 0.01 ** (t / 100), 0.001)),
+    ],
+)
+def test_schedules_follow_their_formulas(schedule, lr_at):
+    # SGD on a unit gradient moves each step by the learning rate of that step.
+    opt = make_optimizer("sgd", 0.1, schedule=schedule, steps=100)
+    params = jnp.zeros(())
+    state = opt.init(params)
+    rates = []
+    for _ in range(151):
+        updates, state = opt.update(jnp.ones(()), state, params)
+        rates.append(-float(updates))
+    for t in (0, 1, 50, 99, 150):
+        assert rates[t] == pytest.approx(lr_at(t), rel=1e-5), (schedule, t)
