@@ -1,0 +1,356 @@
+"""The benchmark grid: every variant x system x dataset kind, fitted and scored, on dask.distributed.
+
+DiffNEA (Lutter et al. 2020), section 4 and Figure 1, done the Bayesian way. Each cell
+``(system, dataset kind, variant)`` is an independent task on a ``dask.distributed`` cluster (a
+``LocalCluster`` of processes by default, or an existing scheduler's address); its metrics are
+written atomically to ``<out>/cells/<system>__<dataset>__<variant with / -> ->.json``. Finished
+cells (status "ok") are skipped on the next run, so an interrupted sweep resumes where it stopped;
+failed cells are retried. A progress line shows cells done and the time left.
+
+The cell function is injected (``cell_fn(cell, settings) -> dict``): :func:`analysis.cells.fit_cell`
+fits and scores a real model; tests pass cheap functions to exercise the engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+SYSTEMS = ("cartpole", "furuta")
+DATASET_KINDS = ("uniform", "trajectories", "hardware")
+CELL_SCHEMA = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkSettings:
+    """How hard each cell works. JSON-able; stored in every cell file.
+
+    Fields:
+        name: "quick" | "full" | "tiny" | a user's label.
+        duration: seconds of data generated per dataset (before the train/val/test split).
+        method: "svi" (delta guide, MAP + Laplace-free point mass) or "svi+nuts".
+        svi_steps, learning_rate: SVI optimiser.
+        num_warmup, num_samples, num_chains: NUTS (method "svi+nuts").
+        draws: posterior draws used for rollouts and bands.
+        rollout_seconds: length of the uncontrolled Figure-1 rollout (s) (energy, divergence).
+        horizons: rollout-error horizons on held-out trajectories (s).
+        seed: base seed; each cell derives its own from it and its name.
+    """
+
+    name: str = "quick"
+    duration: float = 20.0
+    method: str = "svi"
+    svi_steps: int = 2000
+    learning_rate: float = 1e-2
+    num_warmup: int = 300
+    num_samples: int = 300
+    num_chains: int = 1
+    draws: int = 200
+    rollout_seconds: float = 4.0
+    horizons: tuple[float, ...] = (0.1, 0.5, 1.0)
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["horizons"] = list(self.horizons)
+        return d
+
+
+SETTINGS = {
+    "tiny": BenchmarkSettings(
+        name="tiny", duration=4.0, svi_steps=200, draws=16, rollout_seconds=1.0, horizons=(0.1, 0.4)
+    ),
+    "quick": BenchmarkSettings(name="quick"),
+    "full": BenchmarkSettings(
+        name="full",
+        duration=120.0,
+        method="svi+nuts",
+        svi_steps=5000,
+        num_warmup=500,
+        num_samples=500,
+        num_chains=2,
+        draws=1000,
+        rollout_seconds=10.0,
+        horizons=(0.1, 0.5, 1.0, 2.0),
+    ),
+}
+"""Named settings. "quick": SVI on 20 s of data; "full": SVI then NUTS on 120 s, 1,000 draws."""
+
+
+def get_settings(setting: str | BenchmarkSettings, **overrides) -> BenchmarkSettings:
+    """A named setting (``ValueError`` listing the valid names) with fields overridden."""
+    if isinstance(setting, BenchmarkSettings):
+        base = setting
+    elif setting in SETTINGS:
+        base = SETTINGS[setting]
+    else:
+        raise ValueError(
+            f"unknown benchmark setting {setting!r}; valid settings are {sorted(SETTINGS)}"
+        )
+    fields = {f.name for f in dataclasses.fields(BenchmarkSettings)}
+    bad = sorted(set(overrides) - fields)
+    if bad:
+        raise ValueError(f"unknown setting fields {bad}; valid fields are {sorted(fields)}")
+    if "horizons" in overrides:
+        overrides["horizons"] = tuple(float(h) for h in overrides["horizons"])
+    if overrides.get("method", base.method) not in ("svi", "svi+nuts"):
+        raise ValueError(f"method must be 'svi' or 'svi+nuts', got {overrides['method']!r}")
+    return dataclasses.replace(base, **overrides)
+
+
+def cell_id(system: str, dataset: str, variant: str) -> str:
+    """File stem of a cell: ``<system>__<dataset>__<variant with '/' replaced by '-'>``."""
+    return f"{system}__{dataset}__{variant.replace('/', '-')}"
+
+
+def make_grid(
+    *,
+    systems: Iterable[str] = SYSTEMS,
+    datasets: Iterable[str] = DATASET_KINDS,
+    variants: Iterable[str] | None = None,
+) -> list[dict]:
+    """The cells ``{"system", "dataset", "variant", "id"}`` of the product, in a stable order.
+
+    ``variants=None`` takes ``models.variant_names()`` (the 26 DiffNEA variants).
+    """
+    systems, datasets = tuple(systems), tuple(datasets)
+    for s in systems:
+        if s not in SYSTEMS:
+            raise ValueError(f"unknown system {s!r}; the benchmark's systems are {SYSTEMS}")
+    for d in datasets:
+        if d not in DATASET_KINDS:
+            raise ValueError(
+                f"unknown dataset kind {d!r}; the benchmark's kinds are {DATASET_KINDS}"
+            )
+    if variants is None:
+        from models import variant_names
+
+        variants = variant_names()
+    variants = tuple(variants)
+    if not systems or not datasets or not variants:
+        raise ValueError("the grid is empty: give at least one system, dataset kind and variant")
+    return [
+        {"system": s, "dataset": d, "variant": v, "id": cell_id(s, d, v)}
+        for s in systems
+        for d in datasets
+        for v in variants
+    ]
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    """Write ``obj`` as JSON to a temporary file in the same folder, then ``os.replace`` it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, allow_nan=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_cell(path: str | os.PathLike) -> dict | None:
+    """A cell file's record, or None if it is missing, unreadable or from another schema."""
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("schema") != CELL_SCHEMA:
+        return None
+    return record
+
+
+def _run_cell(cell_fn: Callable, cell: dict, settings: dict, path: str) -> dict:
+    """Worker side: run one cell, write its record atomically, return it. Exceptions (not
+    interrupts) become a record with status "error", which the next run retries."""
+    start = time.perf_counter()
+    try:
+        metrics = cell_fn(cell, settings)
+        status, error = "ok", None
+    except Exception as err:  # a failed cell must not stop the sweep
+        metrics, status, error = {}, "error", f"{type(err).__name__}: {err}"
+    record = {
+        "schema": CELL_SCHEMA,
+        "cell": cell,
+        "settings": settings,
+        "status": status,
+        "error": error,
+        "seconds": time.perf_counter() - start,
+        "metrics": metrics,
+    }
+    write_json_atomic(path, record)
+    return record
+
+
+def _progress_line(done: int, total: int, skipped: int, started: float, failed: int) -> str:
+    elapsed = time.perf_counter() - started
+    ran = done - skipped
+    remaining = total - done
+    eta = elapsed / ran * remaining if ran else float("nan")
+    eta_s = "--" if eta != eta else time.strftime("%H:%M:%S", time.gmtime(eta))
+    bar = "#" * int(30 * done / total) + "." * (30 - int(30 * done / total))
+    return (
+        f"\r[{bar}] {done}/{total} cells ({skipped} kept, {failed} failed)  "
+        f"elapsed {time.strftime('%H:%M:%S', time.gmtime(elapsed))}  left ~{eta_s}"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkRun:
+    """The outcome of :func:`run_benchmark`.
+
+    Fields:
+        out_dir: the output folder; cells are in ``out_dir/cells``.
+        records: every cell's record (in grid order), including kept ones.
+        ran: ids of cells computed in this run. kept: ids of finished cells that were skipped.
+        seconds: wall time of this run.
+    """
+
+    out_dir: Path
+    records: tuple[dict, ...]
+    ran: tuple[str, ...]
+    kept: tuple[str, ...]
+    seconds: float
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        return tuple(r["cell"]["id"] for r in self.records if r["status"] != "ok")
+
+
+def run_benchmark(
+    out_dir: str | os.PathLike,
+    *,
+    setting: str | BenchmarkSettings = "quick",
+    systems: Iterable[str] = SYSTEMS,
+    datasets: Iterable[str] = DATASET_KINDS,
+    variants: Iterable[str] | None = None,
+    cell_fn: Callable[[dict, dict], dict] | None = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    processes: bool = True,
+    progress: bool = True,
+    **overrides,
+) -> BenchmarkRun:
+    """Run (or resume) the benchmark grid; one dask task per unfinished cell.
+
+    Args:
+        out_dir: output folder (created); cell records go to ``out_dir/cells/<id>.json``.
+        setting: "tiny", "quick", "full" or a :class:`BenchmarkSettings`; ``overrides`` replace
+            its fields (e.g. ``svi_steps=500``).
+        systems, datasets, variants: the grid (defaults: 2 x 3 x 26 = 156 cells).
+        cell_fn: ``(cell, settings_dict) -> metrics dict``; default :func:`analysis.cells.fit_cell`.
+            Must be importable by the workers (a module-level function) when ``processes``.
+        scheduler: address of a running dask scheduler (``"tcp://host:8786"``); None starts a
+            ``LocalCluster(n_workers, threads_per_worker=1, processes=processes)``.
+        n_workers: local workers (default: the number of CPU cores).
+        progress: print a progress line (cells done / total, time left) to stderr.
+    Returns:
+        :class:`BenchmarkRun`. Cells whose file holds status "ok" for the same settings are kept.
+    """
+    from dask.distributed import Client, LocalCluster, as_completed
+
+    settings = get_settings(setting, **overrides)
+    settings_dict = settings.to_dict()
+    grid = make_grid(systems=systems, datasets=datasets, variants=variants)
+    if cell_fn is None:
+        from analysis.cells import fit_cell
+
+        cell_fn = fit_cell
+    out_dir = Path(out_dir)
+    cells_dir = out_dir / "cells"
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    for stale in cells_dir.glob(".*.tmp"):  # left by a run killed mid-write
+        stale.unlink()
+    write_json_atomic(out_dir / "settings.json", settings_dict)
+
+    records: dict[str, dict] = {}
+    todo = []
+    for cell in grid:
+        record = read_cell(cells_dir / f"{cell['id']}.json")
+        if record and record["status"] == "ok" and record.get("settings") == settings_dict:
+            records[cell["id"]] = record
+        else:
+            todo.append(cell)
+    kept = tuple(records)
+    started = time.perf_counter()
+    ran: list[str] = []
+    failed = 0
+    total = len(grid)
+    if progress:
+        print(
+            _progress_line(len(kept), total, len(kept), started, 0),
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+    if todo:
+        if scheduler is None:
+            cluster = LocalCluster(
+                n_workers=n_workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=processes,
+                dashboard_address=None,
+            )
+            client = Client(cluster)
+        else:
+            cluster = None
+            client = Client(scheduler)
+        futures = []
+        try:
+            futures = [
+                client.submit(
+                    _run_cell,
+                    cell_fn,
+                    cell,
+                    settings_dict,
+                    str(cells_dir / f"{cell['id']}.json"),
+                    key=f"cell-{cell['id']}",
+                    pure=False,
+                )
+                for cell in todo
+            ]
+            for future in as_completed(futures):
+                record = future.result()  # an interrupt inside a cell propagates here
+                records[record["cell"]["id"]] = record
+                ran.append(record["cell"]["id"])
+                failed += record["status"] != "ok"
+                if progress:
+                    line = _progress_line(len(records), total, len(kept), started, failed)
+                    print(line, end="", file=sys.stderr, flush=True)
+        finally:
+            for future in futures:
+                future.cancel()
+            client.close()
+            if cluster is not None:
+                cluster.close()
+    if progress:
+        print(file=sys.stderr)
+    return BenchmarkRun(
+        out_dir=out_dir,
+        records=tuple(records[c["id"]] for c in grid if c["id"] in records),
+        ran=tuple(ran),
+        kept=kept,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def load_records(out_dir: str | os.PathLike) -> list[dict]:
+    """Every readable cell record under ``out_dir/cells`` (any status), sorted by id."""
+    cells_dir = Path(out_dir) / "cells"
+    if not cells_dir.is_dir():
+        raise ValueError(f"{cells_dir} does not exist: run the benchmark into {out_dir} first")
+    records = [read_cell(p) for p in sorted(cells_dir.glob("*.json"))]
+    return [r for r in records if r is not None]

@@ -1,0 +1,175 @@
+"""The benchmark engine on dask.distributed: the full 156-cell grid with a cheap injected cell
+function, skipping finished cells, atomic cell files, and resuming after a killed run."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from analysis.benchmark import (
+    DATASET_KINDS,
+    SYSTEMS,
+    cell_id,
+    get_settings,
+    load_records,
+    make_grid,
+    read_cell,
+    run_benchmark,
+)
+
+VARIANTS = tuple(f"family{i}/actuator/prior" for i in range(26))  # the grid's shape: 26 variants
+
+CELL_MODULE = textwrap.dedent(
+    """
+    import os, time
+
+    def cell(cell, settings):
+        # a cheap but real computation: the cell's position in its id, and an optional wait
+        with open(os.environ["CELL_LOG"], "a") as f:
+            f.write(cell["id"] + "\\n")
+        time.sleep(settings["rollout_seconds"])
+        if "fail" in cell["variant"]:
+            raise RuntimeError("this cell fails")
+        return {"length": len(cell["id"]), "system": cell["system"]}
+    """
+)
+
+
+@pytest.fixture()
+def cell_module(tmp_path, monkeypatch):
+    (tmp_path / "toy_cells.py").write_text(CELL_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("CELL_LOG", str(tmp_path / "log.txt"))
+    import importlib
+
+    import toy_cells
+
+    importlib.reload(toy_cells)
+    return toy_cells
+
+
+def logged(tmp_path):
+    path = tmp_path / "log.txt"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_grid_and_settings():
+    grid = make_grid(variants=VARIANTS)
+    assert len(grid) == 2 * 3 * 26 == 156
+    assert len({c["id"] for c in grid}) == 156
+    assert (
+        cell_id("cartpole", "uniform", "diffnea/stribeck/informative")
+        == "cartpole__uniform__diffnea-stribeck-informative"
+    )
+    with pytest.raises(ValueError, match="valid settings"):
+        get_settings("huge")
+    with pytest.raises(ValueError, match="valid fields"):
+        get_settings("quick", svi_stepz=3)
+    with pytest.raises(ValueError, match="benchmark's systems"):
+        make_grid(systems=("pendubot",), variants=VARIANTS)
+    assert get_settings("quick", svi_steps=5).svi_steps == 5
+
+
+def test_full_grid_runs_and_resumes(tmp_path, cell_module):
+    out = tmp_path / "bench"
+    variants = VARIANTS[:-1] + ("will/fail/now",)
+    run = run_benchmark(
+        out,
+        setting="tiny",
+        variants=variants,
+        cell_fn=cell_module.cell,
+        processes=False,
+        n_workers=2,
+        progress=True,
+        rollout_seconds=0.0,
+    )
+    assert len(run.records) == 156 and len(run.ran) == 156 and not run.kept
+    assert set(run.failed) == {
+        cell_id(s, d, "will/fail/now") for s in SYSTEMS for d in DATASET_KINDS
+    }
+    rec = read_cell(out / "cells" / f"{cell_id('furuta', 'hardware', VARIANTS[3])}.json")
+    assert rec["status"] == "ok" and rec["metrics"] == {
+        "length": len(cell_id("furuta", "hardware", VARIANTS[3])),
+        "system": "furuta",
+    }
+    assert (
+        "RuntimeError"
+        in read_cell(out / "cells" / f"{cell_id('cartpole', 'uniform', 'will/fail/now')}.json")[
+            "error"
+        ]
+    )
+    assert len(logged(tmp_path)) == 156
+    # second run: the 150 finished cells are kept, only the 6 failed ones run again
+    again = run_benchmark(
+        out,
+        setting="tiny",
+        variants=variants,
+        cell_fn=cell_module.cell,
+        processes=False,
+        n_workers=2,
+        progress=False,
+        rollout_seconds=0.0,
+    )
+    assert len(again.kept) == 150 and sorted(again.ran) == sorted(run.failed)
+    assert len(logged(tmp_path)) == 156 + 6
+    # other settings invalidate the kept cells
+    third = run_benchmark(
+        out,
+        setting="tiny",
+        systems=("cartpole",),
+        datasets=("uniform",),
+        variants=variants[:2],
+        cell_fn=cell_module.cell,
+        processes=False,
+        n_workers=1,
+        progress=False,
+        rollout_seconds=0.0,
+        svi_steps=7,
+    )
+    assert len(third.ran) == 2 and not third.kept
+    assert len(load_records(out)) == 156
+
+
+def test_resume_after_killed_run(tmp_path, cell_module):
+    """Kill a sweep (worker processes) mid-run: every file left is whole, the rerun keeps them."""
+    out = tmp_path / "bench"
+    script = textwrap.dedent(
+        f"""
+        from analysis.benchmark import run_benchmark
+        import toy_cells
+        run_benchmark({str(out)!r}, setting="tiny", systems=("cartpole",), variants={VARIANTS[:10]!r},
+                      cell_fn=toy_cells.cell, n_workers=2, progress=False, rollout_seconds=0.3)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path.cwd())]))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, start_new_session=True)
+    cells = out / "cells"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(cells.glob("*.json"))) < 4:
+        time.sleep(0.1)
+    os.killpg(proc.pid, 9)  # the whole session: client, scheduler and worker processes
+    proc.wait()
+    done_before = sorted(p.stem for p in cells.glob("*.json"))
+    assert 4 <= len(done_before) < 30, done_before
+    for p in cells.glob("*.json"):
+        assert json.loads(p.read_text())["status"] == "ok"  # no broken file
+    rerun = run_benchmark(
+        out,
+        setting="tiny",
+        systems=("cartpole",),
+        variants=VARIANTS[:10],
+        cell_fn=cell_module.cell,
+        processes=False,
+        n_workers=2,
+        progress=False,
+        rollout_seconds=0.3,
+    )
+    assert sorted(rerun.kept) == done_before
+    assert not set(rerun.ran) & set(done_before)
+    assert len(rerun.records) == 30 and not rerun.failed
+    assert not list(cells.glob(".*.tmp"))
