@@ -173,3 +173,95 @@ def test_resume_after_killed_run(tmp_path, cell_module):
     assert not set(rerun.ran) & set(done_before)
     assert len(rerun.records) == 30 and not rerun.failed
     assert not list(cells.glob(".*.tmp"))
+
+
+def fake_record(system, dataset, variant, *, nmse, rmse, div, declared):
+    t = [0.0, 0.5, 1.0]
+    q = [[0.0, 2.0], [0.0, 1.0], [0.0, -1.0]]
+    return {
+        "schema": 1,
+        "cell": {
+            "system": system,
+            "dataset": dataset,
+            "variant": variant,
+            "id": cell_id(system, dataset, variant),
+        },
+        "settings": {"name": "tiny"},
+        "status": "ok",
+        "seconds": 1.0,
+        "metrics": {
+            "accel_nmse": nmse,
+            "rollout_rmse": {"1": rmse},
+            "coverage90": 0.9,
+            "divergent_fraction": div,
+            "energy_class_declared": declared,
+            "energy_true": {"label": "dissipating", "gaining": 0.0},
+            "plausible_fraction": 1.0,
+            "mass_rel_error": 0.1,
+            "fit_seconds": 2.0,
+            "band": {
+                "t": t,
+                "lower": q,
+                "median": q,
+                "upper": q,
+                "truth": q,
+                "finite_fraction": 1.0,
+            },
+        },
+    }
+
+
+def test_report_conclusions_from_records(tmp_path):
+    from analysis.benchmark import write_json_atomic
+    from analysis.report import conclusions, write_report
+
+    recs = []
+    for ds in ("uniform", "hardware"):
+        recs += [
+            fake_record(
+                "cartpole",
+                ds,
+                "diffnea/viscous/informative",
+                nmse=0.1,
+                rmse=0.2,
+                div=0.0,
+                declared="dissipative",
+            ),
+            fake_record(
+                "cartpole",
+                ds,
+                "diffnea/viscous/weak",
+                nmse=0.1,
+                rmse=0.3,
+                div=0.0,
+                declared="dissipative",
+            ),
+            fake_record(
+                "cartpole",
+                ds,
+                "nokin-diffnea/viscous/informative",
+                nmse=0.1,
+                rmse=0.8,
+                div=0.0,
+                declared="dissipative",
+            ),
+            fake_record("cartpole", ds, "ffnn", nmse=0.5, rmse=3.0, div=0.5, declared="unbounded"),
+        ]
+    c = conclusions(recs)
+    assert (
+        c["energy_bounded"]["holds"] is True
+        and c["energy_bounded"]["unbounded"]["cells_with_divergence"] == 2
+    )
+    assert c["nokin_vs_diffnea"]["pairs"] == 2 and c["nokin_vs_diffnea"][
+        "median_ratio"
+    ] == pytest.approx(4.0)
+    assert c["nokin_vs_diffnea"]["holds"] is False
+    assert c["priors"]["median_ratio"] == pytest.approx(2 / 3) and c["priors"]["holds"] is True
+    for r in recs:
+        write_json_atomic(tmp_path / "cells" / f"{r['cell']['id']}.json", r)
+    path = write_report(tmp_path)
+    text = path.read_text()
+    assert "does not hold" in text and "figure1.png" in text and "### cartpole, hardware" in text
+    assert (tmp_path / "figure1.png").stat().st_size > 1000 and (
+        tmp_path / "grid_nmse.png"
+    ).exists()

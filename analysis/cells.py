@@ -1,0 +1,208 @@
+"""One benchmark cell: simulate a dataset, fit one variant, score it on held-out data and rollouts.
+
+``fit_cell(cell, settings) -> metrics`` is the default cell function of
+:func:`analysis.benchmark.run_benchmark`. Metrics (JSON-able):
+
+- ``accel_nmse``: normalised MSE of the posterior-mean joint acceleration on the held-out split,
+  averaged over joints (``mean((qdd_hat - qdd)^2) / var(qdd)``).
+- ``rollout_rmse``: {horizon s: median over draws of the RMS position error} of the uncontrolled
+  Figure-1 rollout against the true system from the same start state.
+- ``coverage90``: fraction of (time, joint) points of the true rollout inside the 90% band.
+- ``energy``: energy class fractions of the model's own energy (white-box) and the true-energy
+  growth along predicted states; ``divergent_fraction``.
+- ``plausible_fraction``: fraction of draws whose every body is physically consistent;
+  ``mass_rel_error``: median relative error of the body masses.
+- ``fit_seconds``, and a down-sampled ``band`` of the Figure-1 rollout for the report's figure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import numpy as np
+
+FIGURE1_START = {"cartpole": (0.0, 2.0), "furuta": (0.0, 2.0)}
+"""Start state (q; qd = 0) of the uncontrolled Figure-1 rollouts: pendulum at 2 rad from hanging."""
+BAND_RATE_HZ = 25.0
+
+
+def cell_seed(cell: dict, base: int) -> int:
+    """A seed per cell derived from its id and the base seed (stable across runs and machines)."""
+    digest = hashlib.sha256(f"{base}:{cell['id']}".encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+def true_qdd_fn(dataset):
+    """Forward dynamics of the true system behind a synthetic dataset: rigid body with the true
+    inertial parameters and its true viscous (and smoothed Coulomb) friction and back-EMF on the
+    commanded effort. Raises ValueError for data without true parameters."""
+    import jax.numpy as jnp
+
+    import bayes_nea as bn
+
+    if dataset.true_params is None:
+        raise ValueError(f"dataset of {dataset.system!r} ({dataset.kind}) has no true parameters")
+    tp = dataset.true_params
+    robot = dataset.robot()
+    n = robot.n
+    theta = np.asarray(tp.get("theta", robot.nominal.theta), float)
+    rpy = np.asarray(tp.get("rpy", robot.nominal.rpy), float)
+    xyz = np.asarray(tp.get("xyz", robot.nominal.xyz), float)
+    params = bn.RobotParams(theta, rpy, xyz)
+    viscous = np.asarray(tp.get("viscous", np.zeros(n)), float).reshape(n)
+    coulomb = np.asarray(tp.get("coulomb", np.zeros(n)), float).reshape(n)
+    back_emf = np.asarray(tp.get("back_emf", np.zeros(n)), float).reshape(n)
+    damping = viscous + back_emf
+
+    def f(q, qd, tau_d):
+        dtype = q.dtype
+        tau = (
+            tau_d
+            - jnp.asarray(damping, dtype) * qd
+            - jnp.asarray(coulomb, dtype) * jnp.tanh(qd / jnp.asarray(1e-2, dtype))
+        )
+        return bn.aba(robot, q, qd, tau, params=params.astype(dtype))
+
+    return f
+
+
+def fit_cell(cell: dict, settings: dict) -> dict:
+    """Fit ``cell["variant"]`` on ``cell["dataset"]`` data of ``cell["system"]`` and score it."""
+
+    from data import generate_dataset
+
+    from inference import fit_nuts, fit_svi
+    from models import build_model, model_data
+
+    seed = cell_seed(cell, int(settings["seed"]))
+    dataset = generate_dataset(
+        cell["system"], cell["dataset"], seed=seed, duration=float(settings["duration"])
+    )
+    train, _, test = dataset.split(seed=seed)
+    robot = dataset.robot()
+    bm = build_model(cell["variant"], robot)
+    start = time.perf_counter()
+    fit = fit_svi(
+        bm,
+        model_data(train),
+        key=seed,
+        steps=int(settings["svi_steps"]),
+        learning_rate=float(settings["learning_rate"]),
+        num_samples=int(settings["draws"]),
+        progress=False,
+    )
+    if settings["method"] == "svi+nuts":
+        fit = fit_nuts(
+            bm,
+            model_data(train),
+            key=seed + 1,
+            num_warmup=int(settings["num_warmup"]),
+            num_samples=int(settings["num_samples"]),
+            num_chains=int(settings["num_chains"]),
+            init=fit,
+            progress=False,
+        )
+    fit_seconds = time.perf_counter() - start
+    return score_fit(bm, fit, dataset, test, settings, fit_seconds=fit_seconds)
+
+
+def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float) -> dict:
+    """The cell's metrics for a fitted model (see the module docstring)."""
+    import jax
+    import jax.numpy as jnp
+
+    import bayes_nea as bn
+    from analysis.energy import classify_energy, divergence_flags, rollout_energy
+    from analysis.rollouts import credible_band, make_rollout_fn, true_rollout
+
+    robot = dataset.robot()
+    draws = fit.posterior_samples()
+    d_all = next(iter(draws.values())).shape[0]
+    d = min(int(settings["draws"]), d_all)
+    idx = np.linspace(0, d_all - 1, d).astype(int)
+    draws = jax.tree.map(lambda x: x[idx], draws)
+
+    # held-out accelerations
+    q, qd, qdd, tau = (jnp.asarray(x) for x in test.arrays())
+    pred = jax.jit(jax.vmap(lambda s: jax.vmap(lambda a, b, c: bm.qdd_fn(s)(a, b, c))(q, qd, tau)))(
+        draws
+    )
+    pred = np.asarray(pred)
+    finite = np.all(np.isfinite(pred.reshape(d, -1)), axis=1)
+    mean = pred[finite].mean(axis=0) if finite.any() else np.full(qdd.shape, np.nan)
+    var = np.var(np.asarray(qdd), axis=0)
+    nmse = float(np.mean(np.mean((mean - np.asarray(qdd)) ** 2, axis=0) / np.maximum(var, 1e-12)))
+
+    # uncontrolled Figure-1 rollout against the true system
+    dt = bn.DEFAULT_DT
+    steps = int(round(float(settings["rollout_seconds"]) / dt))
+    q0 = jnp.asarray(FIGURE1_START.get(dataset.system, (0.0,) * robot.n))
+    qd0 = jnp.zeros(robot.n)
+    traj = make_rollout_fn(bm.qdd_fn, steps=steps, dt=dt)(draws, q0, qd0)
+    truth = true_rollout(true_qdd_fn(dataset), q0, qd0, steps=steps, dt=dt)
+    qs, qds = np.asarray(traj.q), np.asarray(traj.qd)
+    q_true = np.asarray(truth.q)
+    band = credible_band(qs, prob=0.9)
+    with np.errstate(invalid="ignore"):
+        inside = (q_true >= band.lower) & (q_true <= band.upper)
+    coverage = float(np.mean(inside))
+    horizons = {}
+    for h in settings["horizons"]:
+        k = max(1, min(steps, int(round(float(h) / dt))))
+        err = qs[:, 1 : k + 1] - q_true[None, 1 : k + 1]
+        with np.errstate(over="ignore", invalid="ignore"):
+            rms = np.sqrt(np.mean(err**2, axis=(1, 2)))
+        rms = np.where(np.isfinite(rms), rms, np.inf)
+        horizons[f"{float(h):g}"] = float(np.median(rms))
+
+    # energy: the model's own (white-box) and the true energy along the predicted states
+    div = divergence_flags(robot, qs, qds)
+    e_true = rollout_energy(robot, qs, qds)
+    true_cls = classify_energy(e_true, divergent=div)
+    own = None
+    physical = None
+    if bm.family.white_box:
+        physical = jax.vmap(bm.physical)(draws)
+        dyn = bm.dynamics_robot
+        params = bn.RobotParams(
+            jnp.asarray(physical["theta"]),
+            jnp.asarray(physical.get("rpy", np.broadcast_to(dyn.nominal.rpy, (d, robot.n, 3)))),
+            jnp.asarray(physical.get("xyz", np.broadcast_to(dyn.nominal.xyz, (d, robot.n, 3)))),
+        )
+        own = classify_energy(rollout_energy(dyn, qs, qds, params=params), divergent=div)
+
+    # physical plausibility
+    plausible = mass_err = None
+    if physical is not None:
+        theta = np.asarray(physical["theta"])
+        plausible = float(
+            np.mean(np.all(np.asarray(bn.is_physically_consistent(jnp.asarray(theta))), axis=1))
+        )
+        m_true = np.asarray(dataset.true_params.get("theta", robot.nominal.theta))[:, 0]
+        mass_err = float(np.median(np.abs(theta[:, :, 0] - m_true[None]) / m_true[None]))
+
+    stride = max(1, int(round(1.0 / (BAND_RATE_HZ * dt))))
+    return {
+        "variant": bm.name,
+        "energy_class_declared": bm.energy_class,
+        "accel_nmse": nmse,
+        "rollout_rmse": horizons,
+        "coverage90": coverage,
+        "divergent_fraction": float(np.mean(div)),
+        "energy_own": None if own is None else {"label": own.label, **own.fractions},
+        "energy_true": {"label": true_cls.label, **true_cls.fractions},
+        "energy_gain_true_J": float(np.median(true_cls.max_gain)),
+        "plausible_fraction": plausible,
+        "mass_rel_error": mass_err,
+        "fit_seconds": fit_seconds,
+        "draws": d,
+        "band": {
+            "t": np.asarray(traj.t)[::stride].tolist(),
+            "lower": band.lower[::stride].tolist(),
+            "median": band.median[::stride].tolist(),
+            "upper": band.upper[::stride].tolist(),
+            "truth": q_true[::stride].tolist(),
+            "finite_fraction": band.finite_fraction,
+        },
+    }
