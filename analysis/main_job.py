@@ -1,0 +1,199 @@
+"""The main job: simulate cart-pole data, fit a variant with SVI then NUTS, summarise, plot, report.
+
+``run_main_job()`` is what ``bayes-nea`` / the README run first; every step is a library call a
+script could make the same way (``data.generate_dataset``, ``models.build_model``,
+``inference.fit_svi`` / ``fit_nuts``, ``analysis`` rollouts, energy, plots).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+SIZES = {
+    False: {
+        "duration": 30.0,
+        "svi_steps": 3000,
+        "num_warmup": 300,
+        "num_samples": 300,
+        "draws": 300,
+        "rollout_seconds": 4.0,
+    },
+    True: {
+        "duration": 6.0,
+        "svi_steps": 300,
+        "num_warmup": 30,
+        "num_samples": 30,
+        "draws": 30,
+        "rollout_seconds": 1.0,
+    },
+}
+
+
+def run_main_job(
+    *,
+    variant: str = "diffnea/stribeck/informative",
+    out_dir: str | os.PathLike = "bayes-nea-output",
+    seed: int = 0,
+    quick: bool = False,
+    dataset_kind: str = "trajectories",
+    progress: bool = True,
+) -> dict[str, Path]:
+    """Simulate cart-pole data, fit ``variant`` (SVI, then NUTS from the SVI fit), print the ArviZ
+    summary of the physical parameters, write the rollout figure with credible bands, the energy
+    figure, diagnostics plots, the posterior (netCDF) and a short markdown report.
+
+    Args:
+        variant: one of ``models.variant_names()``.
+        out_dir: folder for the outputs (created).
+        seed: seeds the data, SVI and NUTS.
+        quick: tiny sizes (seconds), for tests and smoke runs.
+        dataset_kind: "uniform", "trajectories" or "hardware".
+    Returns:
+        {"report", "rollout", "energy", "posterior", "trace", "forest", "pair"} paths.
+    """
+    from data import generate_dataset
+
+    import bayes_nea as bn
+    from analysis.cells import FIGURE1_START, score_fit, true_qdd_fn
+    from analysis.diagnostics import diagnostic_plots, heldout_ppc
+    from analysis.energy import analyse_energy
+    from analysis.plots import plot_energy, plot_rollout_band
+    from analysis.rollouts import credible_band, make_rollout_fn, true_rollout
+    from inference import fit_nuts, fit_svi, save_result
+    from models import build_model, model_data, variant_names
+
+    if variant not in variant_names():
+        raise ValueError(f"unknown variant {variant!r}; valid variants are {list(variant_names())}")
+    size = SIZES[bool(quick)]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    say = print if progress else (lambda *a, **k: None)
+
+    t0 = time.perf_counter()
+    dataset = generate_dataset("cartpole", dataset_kind, seed=seed, duration=size["duration"])
+    train, _, test = dataset.split(seed=seed)
+    robot = dataset.robot()
+    bm = build_model(variant, robot)
+    say(
+        f"data: cart-pole, {dataset_kind}, {dataset.n_samples} samples ({train.n_samples} for fitting)"
+    )
+    start = time.perf_counter()
+    svi = fit_svi(bm, model_data(train), key=seed, steps=size["svi_steps"], progress=progress)
+    svi_s = time.perf_counter() - start
+    start = time.perf_counter()
+    fit = fit_nuts(
+        bm,
+        model_data(train),
+        key=seed + 1,
+        num_warmup=size["num_warmup"],
+        num_samples=size["num_samples"],
+        num_chains=1,
+        init=svi,
+        progress=progress,
+    )
+    nuts_s = time.perf_counter() - start
+    paths = {"posterior": out / "posterior.nc"}
+    save_result(fit, paths["posterior"])
+
+    table = fit.summary()
+    say("\nposterior of the physical parameters (ArviZ summary):")
+    say(table.to_string())
+    conv = fit.diagnostics()
+
+    settings = {
+        "draws": size["draws"],
+        "rollout_seconds": size["rollout_seconds"],
+        "horizons": [0.1, 0.5, 1.0],
+    }
+    metrics = score_fit(bm, fit, dataset, test, settings, fit_seconds=svi_s + nuts_s)
+    ppc = heldout_ppc(bm, fit, test)
+
+    # rollout figure: the posterior's band vs the true system, from the Figure-1 start state
+    import jax
+    import jax.numpy as jnp
+
+    draws = fit.posterior_samples()
+    steps = int(round(size["rollout_seconds"] / bn.DEFAULT_DT))
+    q0, qd0 = jnp.asarray(FIGURE1_START["cartpole"]), jnp.zeros(robot.n)
+    traj = make_rollout_fn(bm.qdd_fn, steps=steps)(draws, q0, qd0)
+    truth = true_rollout(true_qdd_fn(dataset), q0, qd0, steps=steps)
+    band = credible_band(traj.q, prob=0.9)
+    paths["rollout"] = plot_rollout_band(
+        out / "rollout.png",
+        traj.t,
+        band,
+        robot=robot,
+        truth=truth.q,
+        title=f"{variant}: uncontrolled cart-pole rollouts, 90% band ({jax.tree.leaves(draws)[0].shape[0]} draws)",
+    )
+    energy = analyse_energy(robot, traj.q, traj.qd)
+    e_true = analyse_energy(robot, truth.q[None], truth.qd[None]).energy[0]
+    paths["energy"] = plot_energy(
+        out / "energy.png",
+        traj.t,
+        energy.energy,
+        classes=energy.classes,
+        truth=e_true,
+        title=f"{variant}: energy (true parameters) along the predicted states",
+    )
+    paths.update(diagnostic_plots(fit, out))
+
+    lines = [
+        f"# bayes-nea main job: {variant} on simulated cart-pole data",
+        "",
+        f"- data: {dataset_kind}, {size['duration']} s, {dataset.n_samples} samples; seed {seed}",
+        f"- fit: SVI {size['svi_steps']} steps ({svi_s:.1f} s), NUTS {size['num_warmup']} + {size['num_samples']} ({nuts_s:.1f} s)",
+        f"- convergence: R-hat max {conv.get('rhat_max')}, bulk ESS min {conv.get('ess_bulk_min')}, divergences {conv.get('divergences')}",
+        f"- held-out acceleration NMSE (posterior mean): {metrics['accel_nmse']:.3g}; 90% predictive coverage of held-out qdd {ppc['coverage']:.2f}",
+        "- uncontrolled rollout RMSE vs the true system: "
+        + ", ".join(f"{h} s: {v:.3g}" for h, v in metrics["rollout_rmse"].items()),
+        f"- coverage of the true rollout by the 90% band: {metrics['coverage90']:.2f}",
+        f"- energy (true parameters along predicted states): {energy.label} ({', '.join(f'{k} {v:.2f}' for k, v in energy.fractions.items())})",
+        f"- physically consistent draws: {metrics['plausible_fraction']}; median relative mass error {metrics['mass_rel_error']}",
+        "",
+        "## Posterior of the physical parameters",
+        "",
+        table.to_markdown()
+        if hasattr(table, "to_markdown") and _has_tabulate()
+        else "```\n" + table.to_string() + "\n```",
+        "",
+        "![rollouts](rollout.png)",
+        "",
+        "![energy](energy.png)",
+        "",
+        f"Total time {time.perf_counter() - t0:.0f} s.",
+    ]
+    paths["report"] = out / "report.md"
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".report.md.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, paths["report"])
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".metrics.json.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(
+            {
+                "metrics": {k: v for k, v in metrics.items() if k != "band"},
+                "ppc": ppc,
+                "convergence": conv,
+            },
+            f,
+            indent=1,
+            default=float,
+        )
+    os.replace(tmp, out / "metrics.json")
+    say(
+        f"\nwrote {', '.join(str(p) for p in paths.values())} (in {time.perf_counter() - t0:.0f} s)"
+    )
+    return paths
+
+
+def _has_tabulate() -> bool:
+    try:
+        import tabulate  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,130 @@
+"""Library functions behind the ``rollout`` and ``check-controller`` subcommands: a stored
+posterior (netCDF from ``inference.save_result``) in, figures and numbers out."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def rollout_result(
+    result_path: str | os.PathLike,
+    *,
+    out: str | os.PathLike = "rollout.png",
+    q0=None,
+    qd0=None,
+    seconds: float = 4.0,
+    prob: float = 0.9,
+    max_draws: int = 1000,
+) -> dict:
+    """Uncontrolled posterior rollouts of a stored fit from ``q0, qd0`` (default: pendulum at 2
+    rad), their ``prob`` band figure (PNG) and energy classes.
+
+    Returns:
+        {"figure": path, "energy": {class: fraction}, "label": str, "finite_fraction": float}.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    import bayes_nea as bn
+    from analysis.cells import FIGURE1_START
+    from analysis.energy import analyse_energy
+    from analysis.plots import plot_rollout_band
+    from analysis.rollouts import credible_band, make_rollout_fn
+    from inference import load_result
+
+    result = load_result(result_path)
+    bm = result.model()
+    robot = bm.robot
+    n = robot.n
+    q0 = jnp.asarray(FIGURE1_START.get(robot.name, (0.0,) * n) if q0 is None else q0, float)
+    qd0 = jnp.zeros(n) if qd0 is None else jnp.asarray(qd0, float)
+    if q0.shape != (n,) or qd0.shape != (n,):
+        raise ValueError(f"q0 and qd0 need {n} values (joints {list(robot.joint_names)})")
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
+    draws = result.posterior_samples()
+    d_all = jax.tree.leaves(draws)[0].shape[0]
+    idx = np.linspace(0, d_all - 1, min(max_draws, d_all)).astype(int)
+    draws = jax.tree.map(lambda x: x[idx], draws)
+    steps = int(round(seconds / bn.DEFAULT_DT))
+    traj = make_rollout_fn(bm.qdd_fn, steps=steps)(draws, q0, qd0)
+    band = credible_band(traj.q, prob=prob)
+    fig = plot_rollout_band(
+        out,
+        traj.t,
+        band,
+        robot=robot,
+        title=f"{result.variant} on {result.system}: uncontrolled rollouts",
+    )
+    energy = analyse_energy(robot, traj.q, traj.qd)
+    return {
+        "figure": fig,
+        "energy": energy.fractions,
+        "label": energy.label,
+        "finite_fraction": band.finite_fraction,
+    }
+
+
+def check_controller_result(
+    result_path: str | os.PathLike,
+    *,
+    seconds: float = 8.0,
+    q0=None,
+    max_draws: int = 500,
+    out: str | os.PathLike | None = None,
+) -> dict:
+    """Run the provided controller (:func:`analysis.controllers.default_controller`, designed on
+    the nominal model) in closed loop on every posterior draw of a stored pendulum fit.
+
+    Returns:
+        The check's summary (success rate, settling-time and tracking-error quantiles), plus
+        ``"figure"`` when ``out`` is given (closed-loop bands).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from analysis.controllers import check_controller, default_controller, swing_up_task
+    from analysis.plots import plot_rollout_band
+    from analysis.rollouts import credible_band
+    from inference import load_result
+
+    result = load_result(result_path)
+    bm = result.model()
+    robot = bm.robot
+    if all(robot.actuated):
+        raise ValueError(
+            f"robot {robot.name!r} is fully actuated: use analysis.controllers.check_controller with "
+            "a computed-torque controller and a reference (examples/posterior_rollouts_controller_check.py)"
+        )
+    draws = result.posterior_samples()
+    d_all = jax.tree.leaves(draws)[0].shape[0]
+    idx = np.linspace(0, d_all - 1, min(max_draws, d_all)).astype(int)
+    draws = jax.tree.map(lambda x: x[idx], draws)
+    n = robot.n
+    q0 = jnp.asarray(np.r_[np.zeros(n - 1), 0.1] if q0 is None else q0, float)
+    check = check_controller(
+        bm.qdd_fn,
+        draws,
+        default_controller(robot),
+        q0,
+        jnp.zeros(n),
+        robot=robot,
+        task=swing_up_task(robot),
+        duration=seconds,
+    )
+    summary = check.summary()
+    if out is not None:
+        band = credible_band(check.trajectory.q, prob=0.9)
+        summary["figure"] = str(
+            plot_rollout_band(
+                Path(out),
+                check.trajectory.t,
+                band,
+                robot=robot,
+                title=f"swing-up + LQR on {len(idx)} posterior draws: success {check.success_rate:.0%}",
+            )
+        )
+    return summary

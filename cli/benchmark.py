@@ -1,0 +1,62 @@
+"""``bayes-nea benchmark``: run (or resume) the variant x system x dataset grid on dask.distributed."""
+
+from __future__ import annotations
+
+HELP = "run or resume the benchmark grid (26 variants x cart-pole/Furuta x 3 datasets) on dask"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--out", default="benchmark-output", help="output folder (cells/ and report.md)"
+    )
+    parser.add_argument(
+        "--setting", default="quick", help="tiny, quick (SVI, 20 s data) or full (SVI+NUTS)"
+    )
+    parser.add_argument("--systems", nargs="+", default=None, help="subset of: cartpole furuta")
+    parser.add_argument(
+        "--datasets", nargs="+", default=None, help="subset of: uniform trajectories hardware"
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=None,
+        help="subset of the variant names (bayes-nea variants)",
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        help="address of a running dask scheduler (default: a local cluster)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="local worker processes (default: CPU count)"
+    )
+    parser.add_argument(
+        "--svi-steps", type=int, default=None, help="override the setting's SVI steps"
+    )
+    parser.add_argument(
+        "--no-report", action="store_true", help="do not write report.md afterwards"
+    )
+
+
+def run(args) -> int:
+    from analysis.benchmark import DATASET_KINDS, SYSTEMS, run_benchmark
+
+    overrides = {} if args.svi_steps is None else {"svi_steps": args.svi_steps}
+    result = run_benchmark(
+        args.out,
+        setting=args.setting,
+        systems=args.systems or SYSTEMS,
+        datasets=args.datasets or DATASET_KINDS,
+        variants=args.variants,
+        scheduler=args.scheduler,
+        n_workers=args.workers,
+        **overrides,
+    )
+    print(
+        f"{len(result.records)} cells ({len(result.ran)} run now, {len(result.kept)} kept, {len(result.failed)} failed) in {result.seconds:.0f} s"
+    )
+    if not args.no_report:
+        from analysis.report import write_report
+
+        print(f"report: {write_report(args.out)}")
+    return 0 if not result.failed else 1
