@@ -1,0 +1,117 @@
+"""Inference benchmark: cart-pole DiffNEA + viscous friction (informative prior) on 5,000 samples.
+
+Prints compile time, SVI steps per second, NUTS wall time (2 chains x 1,000 warm-up + 1,000
+draws) and ESS per second, in float64 and float32 (float32 runs in a child process with
+``BAYES_NEA_X64=0``, since precision is fixed when JAX starts). Target: NUTS under 60 s.
+
+    python benchmarks/inference.py [--samples 5000 --warmup 1000 --draws 1000 --steps 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+# This file is named like the package it measures: import the package, not this script.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+
+def run_once(args) -> dict:
+    import numpyro
+
+    numpyro.set_host_device_count(min(2, os.cpu_count() or 1))
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    import bayes_nea as bn
+    from inference import fit_nuts, fit_svi
+    from models import ModelData, build_model
+
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    robot = bn.get_system("cartpole")
+    model = build_model("diffnea/viscous/informative", robot, likelihood="forward")
+    truth = model.init_sample(dtype=dtype)
+    q, qd, _ = bn.sample_states(robot, jax.random.PRNGKey(1), args.samples)
+    q, qd = q.astype(dtype), qd.astype(dtype)
+    tau = jax.random.normal(jax.random.PRNGKey(2), q.shape, dtype)
+    qdd = jax.jit(jax.vmap(model.qdd_fn(truth)))(q, qd, tau)
+    qdd = qdd + 0.05 * jnp.std(qdd, axis=0) * jax.random.normal(
+        jax.random.PRNGKey(3), qdd.shape, dtype
+    )
+    data = ModelData(q, qd, qdd, tau)
+    out = {"dtype": str(dtype.__name__), "devices": jax.local_device_count()}
+    t0 = time.perf_counter()
+    svi = fit_svi(
+        model, data, key=0, steps=args.steps, progress=False, num_predictive=0, log_likelihood=False
+    )
+    out["svi_total_s"] = time.perf_counter() - t0
+    out["svi_compile_s"] = svi.attrs["timing"]["compile_s"]
+    out["svi_steps_per_s"] = svi.attrs["timing"]["steps_per_s"]
+    out["svi_converged"] = svi.attrs["convergence"]["converged"]
+    t0 = time.perf_counter()
+    nuts = fit_nuts(
+        model,
+        data,
+        key=0,
+        num_warmup=args.warmup,
+        num_samples=args.draws,
+        num_chains=2,
+        init=svi,
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    out["nuts_total_s"] = time.perf_counter() - t0
+    out["nuts_wall_s"] = nuts.attrs["timing"]["wall_s"]
+    d = nuts.diagnostics()
+    out.update(
+        ess_bulk_min=d["ess_bulk_min"],
+        ess_per_s=d["ess_bulk_min"] / out["nuts_wall_s"],
+        rhat_max=d["rhat_max"],
+        divergences=d["divergences"],
+    )
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--samples", type=int, default=5000)
+    p.add_argument("--warmup", type=int, default=1000)
+    p.add_argument("--draws", type=int, default=1000)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--precision", choices=("float64", "float32", "both"), default="both")
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(run_once(args)))
+        return 0
+    precisions = ("float64", "float32") if args.precision == "both" else (args.precision,)
+    for precision in precisions:
+        env = dict(os.environ, BAYES_NEA_X64="1" if precision == "float64" else "0")
+        cmd = [sys.executable, __file__, "--child", *(argv if argv is not None else sys.argv[1:])]
+        cmd = [c for c in cmd if not c.startswith("--precision") and c not in precisions]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            print(proc.stderr[-3000:], file=sys.stderr)
+            return proc.returncode
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(
+            f"{r['dtype']}: SVI compile {r['svi_compile_s']:.1f} s, {r['svi_steps_per_s']:.0f} steps/s "
+            f"(total {r['svi_total_s']:.1f} s, converged {r['svi_converged']}); NUTS 2 chains x "
+            f"{args.warmup}+{args.draws}: wall {r['nuts_wall_s']:.1f} s (total with post-processing "
+            f"{r['nuts_total_s']:.1f} s), min bulk ESS {r['ess_bulk_min']:.0f} "
+            f"({r['ess_per_s']:.1f}/s), R-hat max {r['rhat_max']:.4f}, divergences {r['divergences']}, "
+            f"devices {r['devices']}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
