@@ -154,6 +154,7 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
             json.dump(obj, f, indent=1, allow_nan=True)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

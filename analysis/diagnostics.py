@@ -62,6 +62,24 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
     }
 
 
+def _save_collection(pc, path: Path) -> Path:
+    """Save an arviz-plots PlotCollection as PNG atomically (temporary file, then rename)."""
+    import os
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        pc.savefig(tmp, dpi=110)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
 def diagnostic_plots(result, out_dir, *, var_names=None, max_vars: int = 6) -> dict[str, Path]:
     """Trace, forest and pair plots (PNG) of the posterior's physical quantities.
 
@@ -85,7 +103,8 @@ def diagnostic_plots(result, out_dir, *, var_names=None, max_vars: int = 6) -> d
     paths = {}
     for kind, fn in (("trace", azp.plot_trace_dist), ("forest", azp.plot_forest)):
         pc = fn(tree, var_names=names, backend="matplotlib")
-        paths[kind] = save_figure(pc.viz["chart"].item(), out_dir / f"{kind}.png")
+        paths[kind] = _save_collection(pc, out_dir / f"{kind}.png")
+        plt.close("all")
     # pair plot of the scalar components of the first variables (matplotlib, readable labels)
     cols, labels = [], []
     for name in names:

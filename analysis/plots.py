@@ -38,6 +38,7 @@ def save_figure(fig, path: str | os.PathLike, *, dpi: int = 120) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=dpi, format="png", bbox_inches="tight")
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         plt.close(fig)
