@@ -1,0 +1,362 @@
+"""Actuator models: commanded effort ``tau_d`` -> joint torque ``tau`` (DiffNEA section 3).
+
+Applied per joint, unactuated joints included (a pendulum joint has friction but ``tau_d = 0``):
+
+============  ======================================================  ============  ==========
+name          model                                                   energy class  invertible
+============  ======================================================  ============  ==========
+ideal         ``tau = tau_d``                                         conserving    yes
+viscous       ``tau = tau_d - mu_v qd``                               dissipative   yes (linear)
+stribeck      ``tau = tau_d - sign(qd) (f_s + f_d e^{-(qd/v_s)^2})``  dissipative   yes
+              ``- mu_v qd``
+nn-friction   ``tau = tau_d - sign(qd) |f_NN(q, qd)|_1``              dissipative   yes
+nn-residual   ``tau = tau_d - f_NN(q, qd)``                           unbounded     yes
+ffnn          ``tau = f_NN(tau_d, q, qd)``                            unbounded     no
+============  ======================================================  ============  ==========
+
+Energy classes: with ``tau_d = 0`` the power of the actuator on the system is ``tau . qd``.
+*Dissipative* actuators have ``tau_friction . qd <= 0`` for every parameter value (friction
+coefficients are ``exp`` of unconstrained latent values, :func:`bayes_nea.get_positive_map`
+``"exp"``; ``sign(qd) qd = |qd|``), so the uncontrolled system's energy never grows; the rigid-body
+model with ``ideal`` conserves it; *unbounded* actuators can create energy (the paper's Residual
+and FF-NN, section 3). The paper's exponent ``nu_s qd^2`` is written ``(qd / v_s)^2``.
+
+Each actuator is a final class bound to a robot and a prior. It declares its sample sites under
+the ``"actuator/"`` prefix (:meth:`Actuator.sample`, inside a NumPyro model), and its pure methods
+read one draw from a sample dict: :meth:`Actuator.torque` (forward), :meth:`Actuator.command`
+(inverse, for the inverse-dynamics likelihood) and :meth:`Actuator.physical`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import ClassVar, final
+
+import jax
+import jax.numpy as jnp
+
+import bayes_nea as bn
+from models._sites import BayesianNet, GaussianSite, Scales, feature_size, state_features
+from models.priors import Prior
+
+Array = jax.Array
+
+ACTUATOR_NAMES = ("ideal", "viscous", "stribeck", "nn-friction", "nn-residual", "ffnn")
+ENERGY_CLASSES = ("conserving", "dissipative", "unbounded")
+PREFIX = "actuator/"
+_EXP = bn.get_positive_map("exp")
+
+
+class Actuator(abc.ABC):
+    """Abstract actuator: maps ``(tau_d, q, qd)`` (n,) each to the joint torque ``tau`` (n,).
+
+    Class attributes:
+        name: registry name (:data:`ACTUATOR_NAMES`).
+        energy_class: ``"conserving"``, ``"dissipative"`` or ``"unbounded"`` (module docstring).
+        invertible: whether :meth:`command` (``tau -> tau_d``) exists in closed form.
+    """
+
+    name: ClassVar[str]
+    energy_class: ClassVar[str]
+    invertible: ClassVar[bool]
+    robot: bn.Robot
+
+    @abc.abstractmethod
+    def sample(self, dtype) -> dict:
+        """Declare this actuator's NumPyro sites; returns ``{site: latent value}``."""
+
+    @abc.abstractmethod
+    def init_sample(self, key, dtype) -> dict:
+        """Latent values to start inference from (prior medians; networks drawn with ``key``)."""
+
+    @abc.abstractmethod
+    def physical(self, sample: dict) -> dict:
+        """Named physical coefficients of one draw, e.g. ``{"viscous": (n,)}``."""
+
+    @abc.abstractmethod
+    def torque(self, sample: dict, tau_d: Array, q: Array, qd: Array) -> Array:
+        """Joint torque (n,) for commanded effort ``tau_d`` (n,) at state ``q, qd`` (n,)."""
+
+    def command(self, sample: dict, tau: Array, q: Array, qd: Array) -> Array:
+        """Commanded effort (n,) that produces joint torque ``tau`` (n,): the inverse of torque.
+
+        Raises:
+            ValueError: the actuator is not invertible in closed form.
+        """
+        raise ValueError(
+            f"the {self.name!r} actuator has no closed-form inverse, so the inverse-dynamics "
+            "likelihood cannot apply; use likelihood='forward' or 'rollout'"
+        )
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        """Names of the latent sites this actuator declares."""
+        return tuple(self.init_sample(jax.random.key(0), jnp.float32))
+
+
+class _Friction(Actuator):
+    """A dissipative or residual actuator ``tau = tau_d + friction(q, qd)`` (abstract)."""
+
+    invertible = True
+
+    @abc.abstractmethod
+    def friction(self, sample: dict, q: Array, qd: Array) -> Array:
+        """The torque the actuator adds to ``tau_d`` (n,)."""
+
+    def torque(self, sample, tau_d, q, qd):
+        return tau_d + self.friction(sample, q, qd)
+
+    def command(self, sample, tau, q, qd):
+        return tau - self.friction(sample, q, qd)
+
+
+@final
+@dataclasses.dataclass(frozen=True, eq=False)
+class Ideal(Actuator):
+    """``tau = tau_d``: no sites."""
+
+    robot: bn.Robot
+    name: ClassVar[str] = "ideal"
+    energy_class: ClassVar[str] = "conserving"
+    invertible: ClassVar[bool] = True
+
+    @classmethod
+    def build(cls, robot, prior, scales, **_):
+        return cls(robot)
+
+    def sample(self, dtype):
+        return {}
+
+    def init_sample(self, key, dtype):
+        return {}
+
+    def physical(self, sample):
+        return {}
+
+    def torque(self, sample, tau_d, q, qd):
+        return tau_d
+
+    def command(self, sample, tau, q, qd):
+        return tau
+
+
+def _coefficient_sites(robot, prior, names, whitened):
+    return tuple(
+        GaussianSite(PREFIX + "log_" + what, prior.friction(robot, what), whitened)
+        for what in names
+    )
+
+
+class _Coefficients(_Friction):
+    """Friction with named positive coefficients ``exp(u)``, ``u ~ N(prior)`` (abstract)."""
+
+    coefficients: ClassVar[tuple[str, ...]]
+    coefficient_sites: tuple[GaussianSite, ...]
+
+    def sample(self, dtype):
+        return {s.site: s.sample(dtype) for s in self.coefficient_sites}
+
+    def init_sample(self, key, dtype):
+        return {s.site: s.init(dtype) for s in self.coefficient_sites}
+
+    def physical(self, sample):
+        return {
+            what: _EXP.forward(site.value(sample))
+            for what, site in zip(self.coefficients, self.coefficient_sites, strict=True)
+        }
+
+
+@final
+@dataclasses.dataclass(frozen=True, eq=False)
+class Viscous(_Coefficients):
+    """``tau = tau_d - mu_v qd`` with ``mu_v = exp(u) > 0`` per joint; site ``actuator/log_viscous``."""
+
+    robot: bn.Robot
+    coefficient_sites: tuple[GaussianSite, ...]
+    name: ClassVar[str] = "viscous"
+    energy_class: ClassVar[str] = "dissipative"
+    coefficients: ClassVar[tuple[str, ...]] = ("viscous",)
+
+    @classmethod
+    def build(cls, robot, prior: Prior, scales: Scales, *, whitened=True, **_):
+        return cls(robot, _coefficient_sites(robot, prior, cls.coefficients, whitened))
+
+    def friction(self, sample, q, qd):
+        return -self.physical(sample)["viscous"].astype(qd.dtype) * qd
+
+
+@final
+@dataclasses.dataclass(frozen=True, eq=False)
+class Stribeck(_Coefficients):
+    """``tau = tau_d - sign(qd) (f_s + f_d exp(-(qd / v_s)^2)) - mu_v qd`` (DiffNEA section 3).
+
+    Coefficients (n,) each, all ``exp`` of latent sites: ``coulomb`` (f_s), ``stribeck_amplitude``
+    (f_d), ``stribeck_velocity`` (v_s; the paper's ``nu_s = 1 / v_s^2``), ``viscous`` (mu_v).
+    """
+
+    robot: bn.Robot
+    coefficient_sites: tuple[GaussianSite, ...]
+    name: ClassVar[str] = "stribeck"
+    energy_class: ClassVar[str] = "dissipative"
+    coefficients: ClassVar[tuple[str, ...]] = (
+        "viscous",
+        "coulomb",
+        "stribeck_amplitude",
+        "stribeck_velocity",
+    )
+
+    @classmethod
+    def build(cls, robot, prior: Prior, scales: Scales, *, whitened=True, **_):
+        return cls(robot, _coefficient_sites(robot, prior, cls.coefficients, whitened))
+
+    def friction(self, sample, q, qd):
+        c = {k: v.astype(qd.dtype) for k, v in self.physical(sample).items()}
+        static = c["coulomb"] + c["stribeck_amplitude"] * jnp.exp(
+            -((qd / c["stribeck_velocity"]) ** 2)
+        )
+        return -jnp.sign(qd) * static - c["viscous"] * qd
+
+
+class _Network(Actuator):
+    """An actuator with one Bayesian network (abstract)."""
+
+    net: BayesianNet
+    scales: Scales
+
+    def sample(self, dtype):
+        return self.net.sample(dtype)
+
+    def init_sample(self, key, dtype):
+        return self.net.draw(key, dtype)
+
+    def physical(self, sample):
+        return {}
+
+    def _tau_scale(self, dtype):
+        return jnp.asarray(self.scales.tau, dtype)
+
+
+@final
+@dataclasses.dataclass(frozen=True, eq=False)
+class NNFriction(_Network, _Friction):
+    """``tau = tau_d - sign(qd) |f_NN(q, qd)|_1`` per joint (DiffNEA section 3).
+
+    One MLP of the whole state outputs ``k`` values per joint; joint i's friction magnitude is
+    the 1-norm of its ``k`` outputs times ``0.1 tau_scale_i``, so the power is ``<= 0`` for every
+    weight. Sites ``actuator/friction_net/...``.
+    """
+
+    robot: bn.Robot
+    net: BayesianNet
+    scales: Scales
+    per_joint: int = 2
+    name: ClassVar[str] = "nn-friction"
+    energy_class: ClassVar[str] = "dissipative"
+    invertible: ClassVar[bool] = True
+
+    @classmethod
+    def build(cls, robot, prior, scales, *, nn_width=32, nn_depth=2, per_joint=2, **_):
+        net = BayesianNet(
+            PREFIX + "friction_net", feature_size(robot), robot.n * per_joint, nn_width, nn_depth
+        )
+        return cls(robot, net, scales, per_joint)
+
+    def friction(self, sample, q, qd):
+        f = self.net.module(sample, qd.dtype)(state_features(self.robot, self.scales, q, qd))
+        magnitude = jnp.sum(jnp.abs(f.reshape(self.robot.n, self.per_joint)), axis=1)
+        return -jnp.sign(qd) * 0.1 * self._tau_scale(qd.dtype) * magnitude
+
+
+@final
+@dataclasses.dataclass(frozen=True, eq=False)
+class NNResidual(_Network, _Friction):
+    """``tau = tau_d - f_NN(q, qd)``, ``f_NN`` scaled by ``0.1 tau_scale`` (can create energy)."""
+
+    robot: bn.Robot
+    net: BayesianNet
+    scales: Scales
+    name: ClassVar[str] = "nn-residual"
+    energy_class: ClassVar[str] = "unbounded"
+    invertible: ClassVar[bool] = True
+
+    @classmethod
+    def build(cls, robot, prior, scales, *, nn_width=32, nn_depth=2, **_):
+        net = BayesianNet(PREFIX + "residual_net", feature_size(robot), robot.n, nn_width, nn_depth)
+        return cls(robot, net, scales)
+
+    def friction(self, sample, q, qd):
+        f = self.net.module(sample, qd.dtype)(state_features(self.robot, self.scales, q, qd))
+        return -0.1 * self._tau_scale(qd.dtype) * f
+
+
+@final
+@dataclasses.dataclass(frozen=True, eq=False)
+class FFNN(_Network):
+    """``tau = tau_scale f_NN(tau_d / tau_scale, q, qd)``: a black-box actuator (not invertible)."""
+
+    robot: bn.Robot
+    net: BayesianNet
+    scales: Scales
+    name: ClassVar[str] = "ffnn"
+    energy_class: ClassVar[str] = "unbounded"
+    invertible: ClassVar[bool] = False
+
+    @classmethod
+    def build(cls, robot, prior, scales, *, nn_width=32, nn_depth=2, **_):
+        net = BayesianNet(
+            PREFIX + "actuator_net", feature_size(robot) + robot.n, robot.n, nn_width, nn_depth
+        )
+        return cls(robot, net, scales)
+
+    def torque(self, sample, tau_d, q, qd):
+        s = self._tau_scale(tau_d.dtype)
+        x = jnp.concatenate([tau_d / s, state_features(self.robot, self.scales, q, qd)])
+        return s * self.net.module(sample, tau_d.dtype)(x)
+
+
+_ACTUATORS = {
+    "ideal": Ideal,
+    "viscous": Viscous,
+    "stribeck": Stribeck,
+    "nn-friction": NNFriction,
+    "nn-residual": NNResidual,
+    "ffnn": FFNN,
+}
+ACTUATOR_CLASSES = {
+    "ideal": Ideal,
+    "viscous": Viscous,
+    "stribeck": Stribeck,
+    "nn-friction": NNFriction,
+    "nn-residual": NNResidual,
+    "ffnn": FFNN,
+}
+
+
+def make_actuator(
+    name: str,
+    robot: bn.Robot,
+    prior: Prior,
+    scales: Scales,
+    *,
+    whitened: bool = True,
+    nn_width: int = 32,
+    nn_depth: int = 2,
+) -> Actuator:
+    """The actuator called ``name`` for ``robot`` with its sites' priors from ``prior``.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid ones).
+    """
+    if name not in _ACTUATORS:
+        raise ValueError(f"unknown actuator {name!r}; valid actuators are {list(ACTUATOR_NAMES)}")
+    return _ACTUATORS[name].build(
+        robot, prior, scales, whitened=whitened, nn_width=nn_width, nn_depth=nn_depth
+    )
+
+
+def energy_class(name: str) -> str:
+    """Energy class of the actuator called ``name`` (see the module docstring)."""
+    if name not in ACTUATOR_CLASSES:
+        raise ValueError(f"unknown actuator {name!r}; valid actuators are {list(ACTUATOR_NAMES)}")
+    return ACTUATOR_CLASSES[name].energy_class

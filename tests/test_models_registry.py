@@ -1,0 +1,176 @@
+"""The registry of 26 variants: each builds, traces, has a finite log density at prior draws and
+fits a tiny dataset by SVI (AutoDelta, a few scanned steps); plus the registry's errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import pytest
+from numpyro import handlers
+from numpyro.infer import SVI, Trace_ELBO
+from numpyro.infer.autoguide import AutoDelta
+from numpyro.infer.initialization import init_to_value
+from numpyro.infer.util import log_density
+
+import bayes_nea as bn
+from models import ModelData, ModelSpec, build_model, describe, model_data, variant_names
+
+N_DATA = 24
+SVI_STEPS = 150
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return bn.get_system("cartpole")
+
+
+@pytest.fixture(scope="module")
+def data(cartpole):
+    """Noise-free uniform states of the cart-pole with viscous friction (true: nominal damping)."""
+    q, qd, _ = bn.sample_states(cartpole, 3, N_DATA)
+    tau = jax.random.normal(jax.random.key(4), q.shape, q.dtype) * jnp.asarray([[2.0, 0.0]])
+    damping = jnp.asarray(cartpole.damping)
+    qdd = jax.jit(jax.vmap(lambda a, b, t: bn.aba(cartpole, a, b, t - damping * b)))(q, qd, tau)
+    return ModelData(q, qd, qdd, tau)
+
+
+def test_registry_has_the_26_variants():
+    names = variant_names()
+    assert len(names) == 26 == len(set(names))
+    assert names.count("nea") == 1 and names.count("ffnn") == 1
+    for family in ("nokin-diffnea", "diffnea"):
+        for actuator in ("ideal", "viscous", "stribeck", "nn-friction", "nn-residual", "ffnn"):
+            for prior in ("informative", "weak"):
+                name = f"{family}/{actuator}/{prior}"
+                assert name in names
+                assert ModelSpec.parse(name) == ModelSpec(family, actuator, prior)
+                assert ModelSpec(family, actuator, prior).name == name
+    assert all(describe(n) for n in names)
+
+
+def _latent_and_observed(model, data):
+    """Site names of one trace of the model, traced abstractly (nothing is compiled)."""
+    sites = {}
+
+    def record():
+        tr = handlers.trace(handlers.seed(model.model, 0)).get_trace(data)
+        sites.update({k: s["is_observed"] for k, s in tr.items() if s["type"] == "sample"})
+        return 0.0
+
+    jax.eval_shape(record)
+    return {k for k, obs in sites.items() if not obs}, {k for k, obs in sites.items() if obs}
+
+
+@pytest.mark.parametrize("name", variant_names())
+def test_variant_builds_traces_and_has_finite_density(name, cartpole, data):
+    model = build_model(name, cartpole)
+    assert model.name == name
+    latent, observed = _latent_and_observed(model, data)
+    assert latent == set(model.latent_sites)
+    assert observed and all(k.startswith("obs_") for k in observed)
+    assert model.energy_class in ("conserving", "dissipative", "unbounded")
+
+    @jax.jit
+    def check(key):
+        def draw(k):
+            t = handlers.trace(handlers.seed(model.model, k)).get_trace(data)
+            return {name: t[name]["value"] for name in latent}
+
+        draws = jax.vmap(draw)(jax.random.split(key, 4))
+        density = jax.vmap(lambda s: log_density(model.model, (data,), {}, s)[0])(draws)
+        phys = jax.vmap(model.physical)(draws)
+        qdd = jax.vmap(lambda s: model.qdd_fn(s)(data.q[0], data.qd[0], data.tau[0]))(draws)
+        return density, phys, qdd
+
+    density, phys, qdd = check(jax.random.key(2))
+    # finite log density at draws from the prior
+    assert np.all(np.isfinite(np.asarray(density)))
+    # physical and qdd_fn are pure, vmappable over draws, and finite
+    for value in phys.values():
+        assert value.shape[0] == 4 and np.all(np.isfinite(np.asarray(value)))
+    if model.family.white_box:
+        assert phys["theta"].shape == (4, cartpole.n, 10)
+        if name != "nea":  # NEA's Gaussian theta need not be physical; the others always are
+            assert np.all(np.asarray(bn.is_physically_consistent(phys["theta"])))
+    else:
+        assert "theta" not in phys
+    assert qdd.shape == (4, cartpole.n) and np.all(np.isfinite(np.asarray(qdd)))
+
+
+def _svi_losses(model, data):
+    """A tiny SVI loop: AutoDelta from ``init_sample``, Adam, scanned updates (one compile)."""
+    init = model.init_sample(key=jax.random.key(1))
+    guide = AutoDelta(model.model, init_loc_fn=init_to_value(values=init))
+    svi = SVI(model.model, guide, numpyro.optim.Adam(1e-2), Trace_ELBO())
+
+    @jax.jit
+    def fit(key):
+        def step(state, _):
+            return svi.update(state, data)
+
+        return jax.lax.scan(step, svi.init(key, data), None, length=SVI_STEPS)[1]
+
+    return np.asarray(fit(jax.random.key(3)))
+
+
+def _check_fit(losses):
+    assert np.all(np.isfinite(losses))
+    assert losses[-10:].mean() < losses[0] - 1.0
+
+
+@pytest.mark.parametrize(
+    "name", ["diffnea/viscous/informative", "nokin-diffnea/nn-friction/weak", "ffnn"]
+)
+def test_some_variants_fit_by_svi(name, cartpole, data):
+    _check_fit(_svi_losses(build_model(name, cartpole), data))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", variant_names())
+def test_every_variant_fits_by_svi(name, cartpole, data):
+    # about 10 s of compilation per variant on 2 cores, hence slow; the fast test above covers
+    # one variant of each kind (white-box + dissipative, no-Kin + network, black box)
+    _check_fit(_svi_losses(build_model(name, cartpole), data))
+
+
+def test_unknown_names_and_bad_options(cartpole):
+    with pytest.raises(ValueError, match="valid variants are.*diffnea/viscous/weak"):
+        build_model("diffnea/viscos/weak", cartpole)
+    with pytest.raises(ValueError, match="valid actuators"):
+        ModelSpec("diffnea", "coulomb", "weak")
+    with pytest.raises(ValueError, match="valid values are"):
+        build_model("diffnea/viscous/weak", cartpole, likelihood="backward")
+    with pytest.raises(ValueError, match="likelihood='inverse'"):
+        build_model("nea", cartpole, likelihood="forward")
+    with pytest.raises(ValueError, match="no closed-form inverse"):
+        build_model("diffnea/ffnn/weak", cartpole, likelihood="inverse")
+    with pytest.raises(ValueError, match="nokin-diffnea"):
+        build_model("nea", cartpole, kinematics="unknown")
+    with pytest.raises(ValueError, match="no actuator"):
+        ModelSpec("nea", "viscous")
+
+
+def test_bad_data_is_rejected(cartpole, data):
+    model = build_model("diffnea/ideal/weak", cartpole)
+    seeded = handlers.seed(model.model, 0)
+    three = ModelData(*(jnp.concatenate([x, x[:, :1]], axis=1) for x in data))
+    with pytest.raises(ValueError, match="n = 2 joints"):
+        seeded(three)
+    with pytest.raises(ValueError, match="no samples"):
+        seeded(ModelData(*(x[:0] for x in data)))
+    with pytest.raises(ValueError, match="NaN"):
+        seeded(data._replace(qdd=data.qdd.at[3, 1].set(jnp.nan)))
+    with pytest.raises(ValueError, match=r"\(W, H \+ 1, n\)"):
+        handlers.seed(build_model("diffnea/ideal/weak", cartpole, likelihood="rollout").model, 0)(
+            data
+        )
+
+    class FakeDataset:
+        system = "furuta"
+        joint_names = ("arm", "pendulum")
+
+        def arrays(self):
+            return tuple(np.asarray(x) for x in data)
+
+    with pytest.raises(ValueError, match="do not match robot"):
+        model_data(FakeDataset(), robot=cartpole)
