@@ -12,6 +12,7 @@ import importlib
 import sys
 
 SUBCOMMANDS = (
+    "run",
     "demo",
     "simulate",
     "variants",
