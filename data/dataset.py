@@ -1,0 +1,353 @@
+"""The one dataset type every later module reads: episodes of ``t, q, qd, qdd, tau`` plus metadata.
+
+Arrays are numpy float64; joint order is ``joint_names`` (the robot's). ``tau`` is the commanded
+joint effort ``tau_d`` (what a user logs); friction and motor effects between ``tau_d`` and the
+true joint torque are what actuator models learn. See CONVENTIONS.md, "Data".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+SIGNALS = ("q", "qd", "qdd", "tau")
+KINDS = ("uniform", "trajectories", "hardware", "excitation", "imported")
+
+
+class Episode(NamedTuple):
+    """One trajectory (or one chunk of independent samples), numpy float64.
+
+    Fields:
+        t: (T,) time stamps in seconds, strictly increasing.
+        q, qd, qdd, tau: (T, n) joint positions, velocities, accelerations and commanded efforts,
+            columns in the dataset's ``joint_names`` order.
+    """
+
+    t: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+    tau: np.ndarray
+
+
+def make_episode(t, q, qd, qdd, tau, *, n: int | None = None, where: str = "episode") -> Episode:
+    """An :class:`Episode` from array-likes, validated and converted to float64.
+
+    Raises:
+        ValueError: wrong shapes (``(T,)`` and ``(T, n)``), non-finite values, or time stamps
+            that are not strictly increasing; the message names the signal and the problem.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    if t.ndim != 1 or t.shape[0] < 1:
+        raise ValueError(f"{where}: t has shape {t.shape}, expected (T,) with T >= 1")
+    out = {"t": t}
+    for name, x in zip(SIGNALS, (q, qd, qdd, tau), strict=True):
+        x = np.asarray(x, dtype=np.float64)
+        expected = (t.shape[0], x.shape[1] if (n is None and x.ndim == 2) else n)
+        if x.ndim != 2 or x.shape != expected:
+            raise ValueError(
+                f"{where}: {name} has shape {x.shape}, expected (T, n) = {expected} "
+                "(one row per time stamp, one column per joint)"
+            )
+        out[name] = x
+    for name, x in out.items():
+        bad = ~np.isfinite(x)
+        if bad.any():
+            row = int(np.argwhere(bad)[0][0])
+            raise ValueError(
+                f"{where}: {name} has {int(bad.sum())} NaN/inf values (first at row {row})"
+            )
+    if t.shape[0] > 1 and not np.all(np.diff(t) > 0):
+        k = int(np.flatnonzero(np.diff(t) <= 0)[0])
+        raise ValueError(
+            f"{where}: time stamps must be strictly increasing; t[{k + 1}] = {t[k + 1]} <= "
+            f"t[{k}] = {t[k]}"
+        )
+    for name, x in out.items():
+        if x.flags.writeable:  # own a private, read-only copy
+            x = x.copy()
+            x.setflags(write=False)
+            out[name] = x
+    return Episode(**out)
+
+
+def _json_able(value: Any) -> Any:
+    """Numpy scalars and arrays turned into plain Python (lists) for JSON."""
+    if isinstance(value, dict):
+        return {str(k): _json_able(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_able(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _normalise_params(value: Any) -> Any:
+    """True parameters with numeric array-likes as float64 numpy arrays (nested dicts kept)."""
+    if isinstance(value, dict):
+        return {str(k): _normalise_params(v) for k, v in value.items()}
+    if isinstance(value, str | bool) or value is None:
+        return value
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return value
+    return arr
+
+
+def _values_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
+    if isinstance(a, np.ndarray | list | tuple) or isinstance(b, np.ndarray | list | tuple):
+        try:
+            x, y = np.asarray(a), np.asarray(b)
+        except ValueError:
+            return False
+        if x.dtype == object or y.dtype == object:
+            return len(a) == len(b) and all(_values_equal(u, v) for u, v in zip(a, b, strict=True))
+        return x.shape == y.shape and bool(np.array_equal(x, y))
+    return a == b
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Episodes of one system with their metadata.
+
+    Fields:
+        system: ``"cartpole"``, ``"furuta"`` or a user's robot name.
+        kind: one of ``"uniform"``, ``"trajectories"``, ``"hardware"``, ``"excitation"``,
+            ``"imported"``.
+        joint_names: (n,) joint order of every array's columns.
+        rate_hz: sampling rate (Hz); for uniform data the nominal rate used for ``t``.
+        episodes: the trajectories (whole units for splitting).
+        measured: which of ``("q", "qd", "qdd", "tau")`` are measured.
+        estimated: which were estimated from other signals (e.g. ``qd``, ``qdd`` by filtered
+            finite differences); ``measured`` and ``estimated`` are disjoint.
+        synthetic: True for simulated data (also for the "hardware-like" kind).
+        settings: JSON-able generation settings (seed, duration, noise, friction, delay, filter).
+        true_params: for simulated data the true parameters (``"theta"`` (n, 10), ``"rpy"``,
+            ``"xyz"`` (n, 3), friction and motor values), else None.
+    """
+
+    system: str
+    kind: str
+    joint_names: tuple[str, ...]
+    rate_hz: float
+    episodes: tuple[Episode, ...]
+    measured: tuple[str, ...]
+    estimated: tuple[str, ...]
+    synthetic: bool
+    settings: dict
+    true_params: dict | None
+
+    def __post_init__(self):
+        object.__setattr__(self, "joint_names", tuple(str(j) for j in self.joint_names))
+        object.__setattr__(self, "measured", tuple(self.measured))
+        object.__setattr__(self, "estimated", tuple(self.estimated))
+        object.__setattr__(self, "rate_hz", float(self.rate_hz))
+        n = len(self.joint_names)
+        if n == 0 or len(set(self.joint_names)) != n:
+            raise ValueError(f"joint_names must be non-empty and unique, got {self.joint_names}")
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown dataset kind {self.kind!r}; valid kinds are {KINDS}")
+        if not self.rate_hz > 0 or not np.isfinite(self.rate_hz):
+            raise ValueError(f"rate_hz must be a positive number, got {self.rate_hz}")
+        for field in ("measured", "estimated"):
+            unknown = set(getattr(self, field)) - set(SIGNALS)
+            if unknown:
+                raise ValueError(
+                    f"{field} names unknown signals {sorted(unknown)}; valid: {SIGNALS}"
+                )
+        if set(self.measured) & set(self.estimated):
+            raise ValueError(
+                f"signals {sorted(set(self.measured) & set(self.estimated))} are listed as both "
+                "measured and estimated"
+            )
+        if not self.episodes:
+            raise ValueError("a dataset needs at least one episode")
+        episodes = tuple(
+            make_episode(*ep, n=n, where=f"episode {i}") for i, ep in enumerate(self.episodes)
+        )
+        object.__setattr__(self, "episodes", episodes)
+        object.__setattr__(self, "settings", _json_able(dict(self.settings)))
+        if self.true_params is not None:
+            object.__setattr__(self, "true_params", _normalise_params(dict(self.true_params)))
+
+    @classmethod
+    def from_arrays(
+        cls,
+        *,
+        system: str,
+        joint_names,
+        t,
+        q,
+        qd,
+        qdd,
+        tau,
+        rate_hz: float | None = None,
+        kind: str = "imported",
+        episode_ids=None,
+        measured=SIGNALS,
+        estimated=(),
+        synthetic: bool = False,
+        settings: dict | None = None,
+        true_params: dict | None = None,
+    ) -> Dataset:
+        """A dataset from concatenated arrays ``t`` (N,), ``q..tau`` (N, n).
+
+        ``episode_ids`` (N,) labels the trajectory of each row (rows of one label, in order, form
+        one episode); without it everything is one episode. ``rate_hz`` defaults to
+        ``1 / median(diff(t))``.
+        """
+        t = np.asarray(t, dtype=np.float64)
+        arrays = [np.asarray(x, dtype=np.float64) for x in (q, qd, qdd, tau)]
+        if episode_ids is None:
+            groups = [np.arange(t.shape[0])]
+        else:
+            ids = np.asarray(episode_ids)
+            if ids.shape != t.shape:
+                raise ValueError(f"episode_ids has shape {ids.shape}, expected {t.shape} (like t)")
+            _, first = np.unique(ids, return_index=True)
+            groups = [np.flatnonzero(ids == ids[k]) for k in np.sort(first)]
+        episodes = tuple(
+            make_episode(
+                t[g], *(x[g] for x in arrays), n=len(tuple(joint_names)), where=f"episode {i}"
+            )
+            for i, g in enumerate(groups)
+        )
+        if rate_hz is None:
+            steps = np.concatenate([np.diff(ep.t) for ep in episodes])
+            if steps.size == 0:
+                raise ValueError("rate_hz is needed when no episode has two samples")
+            rate_hz = 1.0 / float(np.median(steps))
+        return cls(
+            system=system,
+            kind=kind,
+            joint_names=tuple(joint_names),
+            rate_hz=rate_hz,
+            episodes=episodes,
+            measured=tuple(measured),
+            estimated=tuple(estimated),
+            synthetic=synthetic,
+            settings=settings or {},
+            true_params=true_params,
+        )
+
+    @property
+    def n(self) -> int:
+        """Number of joints."""
+        return len(self.joint_names)
+
+    @property
+    def n_samples(self) -> int:
+        """Total number of samples over all episodes."""
+        return sum(ep.t.shape[0] for ep in self.episodes)
+
+    @property
+    def duration(self) -> float:
+        """Total duration in seconds (samples / rate)."""
+        return self.n_samples / self.rate_hz
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(q, qd, qdd, tau)``, each (N, n), concatenated over episodes."""
+        return tuple(
+            np.concatenate([getattr(ep, name) for ep in self.episodes], axis=0) for name in SIGNALS
+        )
+
+    def replace(self, **changes) -> Dataset:
+        """A copy with fields replaced, validated again."""
+        return dataclasses.replace(self, **changes)
+
+    def split(
+        self, fractions: tuple[float, ...] = (0.7, 0.15, 0.15), *, seed: int
+    ) -> tuple[Dataset, ...]:
+        """Datasets made of whole episodes, shuffled with ``seed``, in the given fractions.
+
+        Each non-zero fraction gets at least one episode.
+
+        Raises:
+            ValueError: fractions not non-negative summing to 1, or too few episodes.
+        """
+        f = np.asarray(fractions, dtype=float)
+        if f.ndim != 1 or f.size < 1 or np.any(f < 0) or not np.isclose(f.sum(), 1.0):
+            raise ValueError(f"fractions must be non-negative and sum to 1, got {fractions}")
+        count = len(self.episodes)
+        need = int(np.count_nonzero(f))
+        if count < need:
+            raise ValueError(
+                f"cannot split {count} episode(s) into {need} non-empty parts; splits are by whole "
+                "episodes: generate more (shorter) episodes"
+            )
+        sizes = np.floor(f * count).astype(int)
+        sizes[(f > 0) & (sizes == 0)] = 1
+        while sizes.sum() > count:
+            sizes[np.argmax(sizes)] -= 1
+        order = np.argsort(-(f * count - sizes))
+        k = 0
+        while sizes.sum() < count:
+            if f[order[k % f.size]] > 0:
+                sizes[order[k % f.size]] += 1
+            k += 1
+        perm = np.random.default_rng(seed).permutation(count)
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        parts = []
+        for i in range(f.size):
+            idx = np.sort(perm[bounds[i] : bounds[i + 1]])
+            if idx.size == 0:
+                parts.append(None)
+                continue
+            settings = dict(
+                self.settings,
+                split={"fractions": list(f), "seed": seed, "part": i, "episodes": idx.tolist()},
+            )
+            parts.append(
+                self.replace(episodes=tuple(self.episodes[j] for j in idx), settings=settings)
+            )
+        return tuple(parts)
+
+    def robot(self):
+        """The :class:`bayes_nea.Robot` of a built-in system (``bayes_nea.get_system``).
+
+        Raises:
+            ValueError: ``system`` is not built in (load the user's URDF with ``load_urdf``).
+        """
+        import bayes_nea
+
+        robot = bayes_nea.get_system(self.system)
+        if robot.joint_names != self.joint_names:
+            raise ValueError(
+                f"dataset joints {self.joint_names} differ from {self.system!r}'s {robot.joint_names}"
+            )
+        return robot
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Dataset):
+            return NotImplemented
+        same_meta = all(
+            _values_equal(getattr(self, f.name), getattr(other, f.name))
+            for f in dataclasses.fields(self)
+            if f.name != "episodes"
+        )
+        return (
+            same_meta
+            and len(self.episodes) == len(other.episodes)
+            and all(
+                np.array_equal(a, b)
+                for ea, eb in zip(self.episodes, other.episodes, strict=True)
+                for a, b in zip(ea, eb, strict=True)
+            )
+        )
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Dataset(system={self.system!r}, kind={self.kind!r}, joints={self.joint_names}, "
+            f"episodes={len(self.episodes)}, samples={self.n_samples}, rate_hz={self.rate_hz:g}, "
+            f"synthetic={self.synthetic})"
+        )

@@ -1,0 +1,236 @@
+"""Import of a user's own logs (CSV or NPZ) into a validated :class:`data.Dataset`.
+
+CSV: a header row; columns ``t``, then ``q_<joint>``, ``qd_<joint>``, ``qdd_<joint>``,
+``tau_<joint>`` for every joint of the robot (any column order, extra columns ignored), and
+optionally ``trajectory`` (rows with the same value form one episode, kept in order of first
+appearance). NPZ: arrays ``t`` (T,), ``q``, ``qd``, ``qdd``, ``tau`` (T, n) in the robot's joint
+order, optionally ``trajectory`` (T,). Several paths give one episode per file (or per
+trajectory label within a file).
+
+With ``estimate_derivatives=True``, ``qd`` and ``qdd`` are estimated from ``q`` (central
+differences + zero-phase Butterworth, :mod:`data.estimate`) and need not be in the file; they are
+then listed in ``dataset.estimated``.
+
+Each problem raises ``ValueError`` naming the file and the problem: a missing file or column,
+shapes that do not match the robot's joints, NaN/inf values, non-increasing time stamps, or
+irregular sampling.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from data.dataset import SIGNALS, Dataset, make_episode
+from data.estimate import DEFAULT_CUTOFF_HZ, DEFAULT_ORDER
+from data.estimate import estimate_derivatives as _estimate
+
+TRAJECTORY_COLUMN = "trajectory"
+
+
+def _robot_of(robot):
+    if isinstance(robot, str):
+        import bayes_nea
+
+        return bayes_nea.get_system(robot)
+    if not hasattr(robot, "joint_names"):
+        raise ValueError(
+            f"robot must be a bayes_nea.Robot or a built-in system name, got {type(robot).__name__}"
+        )
+    return robot
+
+
+def _read_csv(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> dict:
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise ValueError(f"{path}: the file is empty (expected a header row)") from None
+        rows = [r for r in reader if r and any(c.strip() for c in r)]
+    columns = ["t"] + [f"{s}_{j}" for s in needed for j in joints]
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise ValueError(
+            f"{path}: missing columns {missing}; expected 't' and '<signal>_<joint>' for signals "
+            f"{list(needed)} and joints {list(joints)}"
+        )
+    index = {h: i for i, h in enumerate(header)}
+    for k, r in enumerate(rows):
+        if len(r) != len(header):
+            raise ValueError(
+                f"{path}: row {k + 2} has {len(r)} fields, the header has {len(header)} "
+                "(shape mismatch)"
+            )
+
+    def column(name, as_float=True):
+        values = [r[index[name]].strip() for r in rows]
+        if not as_float:
+            return np.asarray(values)
+        try:
+            return np.asarray([float(v) for v in values], dtype=np.float64)
+        except ValueError as err:
+            raise ValueError(f"{path}: column {name!r} has a non-numeric value ({err})") from None
+
+    out = {"t": column("t")}
+    for s in needed:
+        out[s] = (
+            np.stack([column(f"{s}_{j}") for j in joints], axis=1)
+            if rows
+            else np.zeros((0, len(joints)))
+        )
+    if TRAJECTORY_COLUMN in index:
+        out[TRAJECTORY_COLUMN] = column(TRAJECTORY_COLUMN, as_float=False)
+    return out
+
+
+def _read_npz(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> dict:
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            content = {k: f[k] for k in f.files}
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable .npz file ({err})") from err
+    missing = [k for k in ("t", *needed) if k not in content]
+    if missing:
+        raise ValueError(
+            f"{path}: missing arrays {missing}; expected 't' (T,) and {list(needed)} (T, n) with "
+            f"n = {len(joints)} joints {list(joints)}"
+        )
+    out = {"t": np.asarray(content["t"], dtype=np.float64)}
+    for s in needed:
+        x = np.asarray(content[s], dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != len(joints):
+            raise ValueError(
+                f"{path}: {s} has shape {x.shape}, expected (T, {len(joints)}) for joints "
+                f"{list(joints)} (shape mismatch with the robot's joints)"
+            )
+        out[s] = x
+    if TRAJECTORY_COLUMN in content:
+        out[TRAJECTORY_COLUMN] = np.asarray(content[TRAJECTORY_COLUMN])
+    return out
+
+
+def _check_sampling(path: str, t: np.ndarray, tolerance: float) -> float:
+    """Sampling period of ``t`` (checked regular within ``tolerance``, relative)."""
+    dt = np.diff(t)
+    if dt.size == 0:
+        raise ValueError(f"{path}: a trajectory needs at least 2 samples")
+    if np.any(dt <= 0):
+        k = int(np.flatnonzero(dt <= 0)[0])
+        raise ValueError(
+            f"{path}: time is not increasing at row {k + 1}: t = {t[k + 1]} after {t[k]}"
+        )
+    period = float(np.median(dt))
+    worst = int(np.argmax(np.abs(dt - period)))
+    if abs(dt[worst] - period) > tolerance * period:
+        raise ValueError(
+            f"{path}: irregular sampling: step {dt[worst]:.6g} s at row {worst + 1} differs from "
+            f"the median {period:.6g} s by more than {tolerance:.0%} (resample the log first)"
+        )
+    return period
+
+
+def import_log(
+    path_or_paths: str | os.PathLike | Sequence[str | os.PathLike],
+    robot,
+    *,
+    estimate_derivatives: bool = False,
+    cutoff_hz: float = DEFAULT_CUTOFF_HZ,
+    filter_order: int = DEFAULT_ORDER,
+    rate_tolerance: float = 0.01,
+    system: str | None = None,
+) -> Dataset:
+    """A :class:`data.Dataset` (kind ``"imported"``) from CSV or NPZ logs.
+
+    Args:
+        path_or_paths: one file or a list of files (``.csv`` or ``.npz``).
+        robot: the :class:`bayes_nea.Robot` whose joints the logs describe, or a built-in name.
+        estimate_derivatives: estimate ``qd`` and ``qdd`` from ``q`` (cut-off ``cutoff_hz``, order
+            ``filter_order``) instead of reading them.
+        rate_tolerance: largest relative deviation of a time step from the median step.
+        system: name stored in the dataset (default ``robot.name``).
+
+    Raises:
+        ValueError: missing file or columns, shape mismatch with the robot's joints, NaN/inf
+            values, non-increasing time, irregular sampling, different rates across files.
+    """
+    robot = _robot_of(robot)
+    joints = tuple(robot.joint_names)
+    if isinstance(path_or_paths, str | os.PathLike):
+        paths = [os.fspath(path_or_paths)]
+    else:
+        paths = [os.fspath(p) for p in path_or_paths]
+    if not paths:
+        raise ValueError("no log files given")
+    needed = ("q", "tau") if estimate_derivatives else SIGNALS
+    episodes, periods, sources = [], [], []
+    for path in paths:
+        if not os.path.isfile(path):
+            raise ValueError(f"log file {path!r} does not exist")
+        ext = os.path.splitext(path)[1].lower()
+        if ext == ".csv":
+            content = _read_csv(path, joints, needed)
+        elif ext == ".npz":
+            content = _read_npz(path, joints, needed)
+        else:
+            raise ValueError(f"{path}: unsupported file type {ext!r}; use .csv or .npz")
+        T = content["t"].shape[0]
+        for s in needed:
+            if content[s].shape[0] != T:
+                raise ValueError(
+                    f"{path}: {s} has {content[s].shape[0]} rows but t has {T} (shape mismatch)"
+                )
+        for name in ("t", *needed):
+            bad = ~np.isfinite(content[name])
+            if bad.any():
+                row = int(np.argwhere(bad)[0][0])
+                raise ValueError(
+                    f"{path}: {name} has {int(bad.sum())} NaN/inf value(s), first at row {row}"
+                )
+        labels = content.get(TRAJECTORY_COLUMN)
+        if labels is None:
+            groups = [(None, np.arange(T))]
+        else:
+            if labels.shape != (T,):
+                raise ValueError(f"{path}: trajectory has shape {labels.shape}, expected ({T},)")
+            _, first = np.unique(labels, return_index=True)
+            groups = [(labels[k], np.flatnonzero(labels == labels[k])) for k in np.sort(first)]
+        for label, rows in groups:
+            where = path if label is None else f"{path} (trajectory {label})"
+            t = content["t"][rows]
+            periods.append(_check_sampling(where, t, rate_tolerance))
+            q, tau = content["q"][rows], content["tau"][rows]
+            if estimate_derivatives:
+                qd, qdd = _estimate(t, q, cutoff_hz=cutoff_hz, order=filter_order)
+            else:
+                qd, qdd = content["qd"][rows], content["qdd"][rows]
+            episodes.append(make_episode(t, q, qd, qdd, tau, n=len(joints), where=where))
+            sources.append(where)
+    rates = 1.0 / np.asarray(periods)
+    if np.ptp(rates) > rate_tolerance * rates.min():
+        raise ValueError(
+            f"logs have different sampling rates {sorted({round(r, 6) for r in rates})} Hz; "
+            "resample them to one rate"
+        )
+    return Dataset(
+        system=system or robot.name,
+        kind="imported",
+        joint_names=joints,
+        rate_hz=float(np.median(rates)),
+        episodes=tuple(episodes),
+        measured=needed,
+        estimated=("qd", "qdd") if estimate_derivatives else (),
+        synthetic=False,
+        settings={
+            "sources": sources,
+            "estimate_derivatives": estimate_derivatives,
+            "filter": {"cutoff_hz": cutoff_hz, "order": filter_order}
+            if estimate_derivatives
+            else None,
+            "rate_tolerance": rate_tolerance,
+        },
+        true_params=None,
+    )
