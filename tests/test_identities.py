@@ -118,7 +118,7 @@ def test_state_gradients_match_finite_differences(case):
     w = np.random.default_rng(12).normal(size=robot.n)
     loss = jax.jit(lambda q, qd, tau: jnp.dot(w, bn.aba(robot, q, qd, tau)))
     tau = bn.rnea(robot, q, qd, qdd)
-    grads = jax.grad(loss, argnums=(0, 1, 2))(q, qd, tau)
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, qd, tau)
     for k, x in enumerate((q, qd, tau)):
 
         def f(y, k=k):
