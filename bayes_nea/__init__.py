@@ -9,6 +9,13 @@ from bayes_nea._config import configure_precision
 X64 = configure_precision()
 
 from bayes_nea.base_parameters import BaseParameters, base_parameters, sample_states  # noqa: E402
+from bayes_nea.control import (  # noqa: E402
+    computed_torque_pd,
+    energy_swing_up,
+    lqr_stabilizer,
+    swing_up_and_stabilize,
+    swing_up_protocol,
+)
 from bayes_nea.dynamics import (  # noqa: E402
     aba,
     coriolis_matrix,
@@ -49,6 +56,11 @@ from bayes_nea.systems import DCMotor, cartpole, furuta, get_motor, get_system  
 from bayes_nea.urdf import load_urdf, to_urdf  # noqa: E402
 
 __all__ = [
+    "computed_torque_pd",
+    "energy_swing_up",
+    "lqr_stabilizer",
+    "swing_up_and_stabilize",
+    "swing_up_protocol",
     "DCMotor",
     "DEFAULT_DT",
     "Trajectory",
