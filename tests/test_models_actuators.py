@@ -1,0 +1,146 @@
+"""Actuator models: energy classes, closed forms (DiffNEA section 3), inverses, and the energy of
+the uncontrolled system under a dissipative actuator."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro import handlers
+
+import bayes_nea as bn
+from models import build_model, energy_class
+from models._sites import characteristic_scales
+from models.actuators import ACTUATOR_NAMES, make_actuator
+from models.priors import get_prior
+
+N_DRAWS = 64
+N_STATES = 64
+
+
+@pytest.fixture(scope="module")
+def furuta():
+    return bn.get_system("furuta")
+
+
+def _draws(actuator, n_draws, seed=0):
+    """Prior draws of the actuator's latent sites, stacked along a leading axis."""
+    draws = [handlers.seed(actuator.sample, k)(jnp.float64) for k in range(seed, seed + n_draws)]
+    return jax.tree.map(lambda *x: jnp.stack(x), *draws)
+
+
+def _states(robot, key):
+    q, qd, _ = bn.sample_states(robot, key, N_STATES)
+    # include exact zeros and tiny velocities, where sign(qd) switches
+    qd = qd.at[:4].set(0.0).at[4:8].multiply(1e-9)
+    return q, qd
+
+
+def _power(actuator, draws, q, qd):
+    """tau . qd (draws, states) with tau_d = 0."""
+
+    def one(sample):
+        tau = jax.vmap(lambda a, b: actuator.torque(sample, jnp.zeros_like(a), a, b))(q, qd)
+        return jnp.sum(tau * qd, axis=1)
+
+    return np.asarray(jax.vmap(one)(draws))
+
+
+@pytest.mark.parametrize("prior", ["informative", "weak"])
+@pytest.mark.parametrize("name", ["viscous", "stribeck", "nn-friction"])
+def test_dissipative_actuators_never_create_energy(name, prior, furuta):
+    scales = characteristic_scales(furuta)
+    actuator = make_actuator(name, furuta, get_prior(prior), scales)
+    assert actuator.energy_class == energy_class(name) == "dissipative"
+    power = _power(actuator, _draws(actuator, N_DRAWS), *_states(furuta, 5))
+    assert power.shape == (N_DRAWS, N_STATES)
+    assert np.all(power <= 0.0)
+    assert np.any(power < -1e-6)  # and they do dissipate
+
+
+@pytest.mark.parametrize("name", ["nn-residual", "ffnn"])
+def test_unbounded_actuators_can_create_energy(name, furuta):
+    actuator = make_actuator(name, furuta, get_prior("weak"), characteristic_scales(furuta))
+    assert actuator.energy_class == "unbounded"
+    power = _power(actuator, _draws(actuator, 16), *_states(furuta, 6))
+    assert np.any(power > 1e-9)
+
+
+def test_energy_classes_cover_all_actuators():
+    classes = {name: energy_class(name) for name in ACTUATOR_NAMES}
+    assert classes == {
+        "ideal": "conserving",
+        "viscous": "dissipative",
+        "stribeck": "dissipative",
+        "nn-friction": "dissipative",
+        "nn-residual": "unbounded",
+        "ffnn": "unbounded",
+    }
+    with pytest.raises(ValueError, match="valid actuators"):
+        energy_class("coulomb")
+
+
+def test_viscous_and_stribeck_match_their_formulas(furuta):
+    scales = characteristic_scales(furuta)
+    q, qd = _states(furuta, 7)
+    tau_d = jax.random.normal(jax.random.key(8), q.shape, q.dtype)
+    for name in ("viscous", "stribeck"):
+        actuator = make_actuator(name, furuta, get_prior("weak"), scales)
+        sample = handlers.seed(actuator.sample, 3)(jnp.float64)
+        c = {k: np.asarray(v) for k, v in actuator.physical(sample).items()}
+        assert all(np.all(v > 0) for v in c.values())
+        torque = jax.vmap(lambda t, a, b, act=actuator, s=sample: act.torque(s, t, a, b))
+        tau = np.asarray(torque(tau_d, q, qd))
+        Q, T = np.asarray(qd), np.asarray(tau_d)
+        expected = T - c["viscous"][None] * Q
+        if name == "stribeck":  # DiffNEA section 3, with nu_s = 1 / v_s^2
+            static = c["coulomb"][None] + c["stribeck_amplitude"][None] * np.exp(
+                -((Q / c["stribeck_velocity"][None]) ** 2)
+            )
+            expected = expected - np.sign(Q) * static
+        np.testing.assert_allclose(tau, expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["ideal", "viscous", "stribeck", "nn-friction", "nn-residual"])
+def test_command_inverts_torque(name, furuta):
+    actuator = make_actuator(name, furuta, get_prior("weak"), characteristic_scales(furuta))
+    assert actuator.invertible
+    sample = handlers.seed(actuator.sample, 1)(jnp.float64)
+    q, qd = _states(furuta, 9)
+    tau_d = jax.random.normal(jax.random.key(10), q.shape, q.dtype)
+    tau = jax.vmap(lambda t, a, b: actuator.torque(sample, t, a, b))(tau_d, q, qd)
+    back = jax.vmap(lambda t, a, b: actuator.command(sample, t, a, b))(tau, q, qd)
+    np.testing.assert_allclose(np.asarray(back), np.asarray(tau_d), rtol=1e-12, atol=1e-12)
+
+
+def test_ffnn_actuator_has_no_inverse(furuta):
+    actuator = make_actuator("ffnn", furuta, get_prior("weak"), characteristic_scales(furuta))
+    assert not actuator.invertible
+    with pytest.raises(ValueError, match="no closed-form inverse"):
+        actuator.command({}, None, None, None)
+
+
+def test_uncontrolled_energy_decays_with_a_dissipative_model(furuta):
+    """RK4 rollout of a prior draw of no-Kin DiffNEA + viscous: total energy never grows."""
+    model = build_model("nokin-diffnea/viscous/informative", furuta)
+    sample = model.init_sample()
+    sample = {
+        k: v + 0.3 * jax.random.normal(jax.random.key(2), v.shape, v.dtype)
+        for k, v in sample.items()
+    }
+    robot = model.dynamics_robot
+    params = model.family.params(sample)
+    steps = 500
+
+    @jax.jit
+    def rollout():
+        traj = bn.integrate(
+            model.qdd_fn(sample),
+            jnp.array([0.0, 2.5]),
+            jnp.array([1.0, 0.0]),
+            jnp.zeros((steps, 2)),
+        )
+        return jax.vmap(lambda q, qd: bn.total_energy(robot, q, qd, params=params))(traj.q, traj.qd)
+
+    energy = np.asarray(rollout())
+    assert np.all(np.diff(energy) <= 1e-9 * np.abs(energy).max())
+    assert energy[-1] < energy[0] - 1e-6
