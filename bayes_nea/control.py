@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
-from bayes_nea.dynamics import crba, rnea, total_energy
+from bayes_nea.dynamics import crba, potential_energy, rnea, total_energy
 from bayes_nea.integrate import forward_dynamics
 from bayes_nea.robot import REVOLUTE, Robot, RobotParams
 
@@ -152,12 +152,21 @@ def energy_swing_up(
     actuated, limit = _masks(robot)
     sat = limit if max_effort is None else np.minimum(limit, np.abs(np.asarray(max_effort)))
 
-    def edot_gain(q, qd):
-        """dEdot/dtau (n,): grad_qd E(q, qd * free) . M^-1 e_j for each actuated joint j."""
-        dE_dqd = jax.grad(lambda v: pendulum_energy(robot, q, v, params=params))(qd)
-        free = jnp.asarray(~actuated, dtype=qd.dtype)
+    free_np = (~actuated).astype(float)
+
+    def energy_terms(q, qd):
+        """Pendulum energy E and dEdot/dtau (n,) = (free * M v) . M^-1 e_j, v = free * qd."""
+        dtype = qd.dtype
+        free = jnp.asarray(free_np, dtype)
         M = crba(robot, q, params=params)
-        return jnp.linalg.solve(M, free * dE_dqd) * jnp.asarray(actuated, dtype=qd.dtype)
+        v = free * qd
+        Mv = M @ v
+        E = 0.5 * v @ Mv + potential_energy(robot, q, params=params)
+        b = jnp.linalg.solve(M, free * Mv) * jnp.asarray(actuated, dtype)
+        return E, b
+
+    def edot_gain(q, qd):
+        return energy_terms(q, qd)[1]
 
     q_ref = np.zeros(robot.n)
     qd_ref = np.zeros(robot.n)
@@ -173,11 +182,10 @@ def energy_swing_up(
         del t
         dtype = jnp.result_type(float, q, qd)
         q, qd = jnp.asarray(q, dtype), jnp.asarray(qd, dtype)
-        E = pendulum_energy(robot, q, qd, params=params)
-        E_up = upright_energy(robot, q, params=params) * energy_ratio
-        E_down = total_energy(robot, q.at[p].set(0.0), jnp.zeros_like(q), params=params)
+        E, b = energy_terms(q, qd)
+        E_up = potential_energy(robot, q.at[p].set(jnp.pi), params=params) * energy_ratio
+        E_down = potential_energy(robot, q.at[p].set(0.0), params=params)
         rel = (E_up - E) / (E_up - E_down)
-        b = edot_gain(q, qd)
         s = jnp.sign(b) if smoothing == 0 else jnp.tanh(b / jnp.asarray(eps, dtype))
         center_pd = -center_kp * (q - center) - center_kd * qd
         lim = jnp.asarray(sat, dtype)
