@@ -127,12 +127,14 @@ def test_hardware_estimates_are_bounded_and_positions_quantised(hardware):
     err_qd = np.concatenate([ep.qd for ep in ds.episodes]) - truth["qd"].reshape(-1, n)
     err_qdd = np.concatenate([ep.qdd for ep in ds.episodes]) - truth["qdd"].reshape(-1, n)
     rms_qdd = np.sqrt((truth["qdd"].reshape(-1, n) ** 2).mean(0))
-    # Measured (seed 5, 40 s, 20 Hz cut-off): qd rms error ~0.03 m/s, 0.07 rad/s; qdd rms error
-    # ~0.4 and ~0.45 of the signal's rms (the swing-up's effort steps are faster than 20 Hz).
-    assert np.all(np.sqrt((err_qd**2).mean(0)) < [0.06, 0.15])
-    assert np.all(np.sqrt((err_qdd**2).mean(0)) < 0.6 * rms_qdd)
-    # and the estimate is informative: far better than guessing zero acceleration
-    assert np.all(np.sqrt((err_qdd**2).mean(0)) < 0.7 * rms_qdd)
+    # Measured (seed 5, 40 s, 20 Hz cut-off): qd rms error 0.007 m/s and 0.033 rad/s (1% of the
+    # signal's rms); qdd rms error 1.6 m/s^2 and 6.0 rad/s^2 (0.23 and 0.24 of the signal's rms,
+    # 99th percentile 7.2 and 23), the residue of the swing-up's effort steps and of friction.
+    rms_err_qd = np.sqrt((err_qd**2).mean(0))
+    rms_err_qdd = np.sqrt((err_qdd**2).mean(0))
+    assert np.all(rms_err_qd < [0.015, 0.06])
+    assert np.all(rms_err_qdd < 0.35 * rms_qdd)
+    assert np.all(np.percentile(np.abs(err_qdd), 99, axis=0) < [12.0, 40.0])
 
 
 def test_fourier_excitation_limits_and_derivatives():
