@@ -117,7 +117,7 @@ class BayesianNet:
 
     def _prior(self, path: str, shape) -> dist.Distribution:
         if path.endswith("weight"):
-            return dist.Normal(0.0, 1.0 / np.sqrt(shape[-1]))
+            return dist.Normal(0.0, float(1.0 / np.sqrt(shape[-1])))
         return dist.Normal(0.0, 1.0)
 
     @property
@@ -148,7 +148,7 @@ class BayesianNet:
         keys = jax.random.split(key, len(leaves))
         out = {}
         for k, (path, leaf) in zip(keys, leaves.items(), strict=True):
-            sd = self._prior(path, leaf.shape).scale
+            sd = float(self._prior(path, leaf.shape).scale)
             out[f"{self.name}/{path}"] = sd * jax.random.normal(k, leaf.shape, dtype)
         return out
 

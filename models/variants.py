@@ -10,10 +10,36 @@ A :class:`BayesianModel` is one NumPyro model plus pure functions of a draw: ``p
 and ``qdd_fn(sample)`` are jittable and vmappable over draws; ``model(data)`` declares the
 latent sites and calls the same functions, so there is one code path from virtual to physical.
 
-**Geometry (measured, cart-pole ``diffnea/viscous/informative``, forward likelihood, 200
-noise-free-ish uniform samples (sd 0.01 noise on qdd), NUTS 300 + 300, one chain, float64, 2 CPU
-cores).** See ``GEOMETRY_NOTES`` below for the numbers; the default is ``geometry="whitened"``
-(standard-normal latent sites, scaled by the prior) with a diagonal mass matrix.
+**Geometry: what makes NUTS fast and correct** (measured on the cart-pole
+``diffnea/viscous/{informative,weak}``, 200 uniform samples with viscous friction and 0.01 torque
+noise, inverse likelihood on the exact sufficient statistics (a gradient then costs ~5 us), fixed
+noise 0.01, one chain, 300 draws, float64, 2 shared CPU cores; mean leapfrog steps per draw,
+min ESS of the base parameters / viscous coefficients; all runs put the true base parameters
+within 0.6 posterior sd):
+
+=================================================  ===========  ===========  ============
+setup                                              informative  weak         divergences
+=================================================  ===========  ===========  ============
+prior-median init, diagonal mass, 300 warm-up      350-540      9 (stuck,    0 / 2
+                                                                ESS 3)
+SVI (MAP) init, diagonal mass, 300-1000 warm-up    250-570      1023 (tree   0
+                                                                depth cap)
+SVI init, dense mass, 1000 warm-up                 127-250      340-1000     0 / 2-5
+SVI init + Laplace inverse Hessian as dense mass,  **15**       490          2 / 43
+not adapted, 200 warm-up (step size only)          (ESS 384)
+=================================================  ===========  ===========  ============
+
+Only base-parameter combinations are identified: the rest of the virtual parameters lie on a
+curved ridge carried by the prior (condition number ~1e7-1e8), which saturates NUTS's tree
+depth with a diagonal mass matrix. With an informative prior the posterior is close to Gaussian
+around the MAP and the Laplace preconditioner (:meth:`BayesianModel.laplace_inverse_mass`) removes
+the ridge: 15 instead of 250-1000 leapfrog steps per draw, a 20-60x speed-up at equal ESS (60 on
+data whose pole joint has zero effort, ``tests/test_models_identification.py``). With the
+weak prior the ridge is curved (square-root and rotation parameters far from the prior's centre),
+no fixed metric fits it, and SVI init + adapted dense mass with a long warm-up is the safe choice.
+``whitened`` vs ``centered`` coordinates made no consistent difference once the mass matrix is
+adapted; ``whitened`` (standard-normal latent sites scaled by the prior) is the default because it
+keeps every coordinate O(1) for SVI, initialisation and the Laplace floor.
 """
 
 from __future__ import annotations
@@ -46,7 +72,6 @@ Array = jax.Array
 
 GEOMETRY_NAMES = ("whitened", "centered")
 WHITE_BOX_FAMILIES = ("nokin-diffnea", "diffnea")
-GEOMETRY_NOTES = "(filled in by the geometry benchmark; see the report)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,6 +279,37 @@ class BayesianModel:
     def latent_sites(self) -> tuple[str, ...]:
         """Names of the latent sites of one draw."""
         return tuple(self.init_sample())
+
+    def laplace_inverse_mass(self, data, sample: dict, *, rtol: float = 1e-10) -> Array:
+        """Inverse Hessian of ``-log p(sample, data)`` at ``sample`` (e.g. the MAP of an SVI fit).
+
+        The best NUTS geometry measured (module docstring): pass it as
+        ``NUTS(model.model, dense_mass=True, inverse_mass_matrix=M, adapt_mass_matrix=False,
+        init_strategy=init_to_value(values=sample))``. All latent sites are real-valued, so the
+        order is NumPyro's flattening of the sample dict (``jax.flatten_util.ravel_pytree``,
+        sorted site names). Eigenvalues of the Hessian below ``rtol`` times the largest are raised
+        to it. Cost: one Hessian of the log density (fine for white-box models, large for networks).
+
+        Args:
+            data: what :meth:`model` takes (``ModelData`` or :class:`LinearStats`).
+            sample: one draw (a dict of latent sites).
+
+        Returns:
+            (d, d) symmetric positive definite matrix, d = total size of the latent sites.
+        """
+        from jax.flatten_util import ravel_pytree
+        from numpyro.infer.util import log_density
+
+        self.check(data)
+        flat, unravel = ravel_pytree(sample)
+
+        def neg_log_joint(x):
+            return -log_density(self.model, (data,), {}, unravel(x))[0]
+
+        H = np.asarray(jax.jit(jax.hessian(neg_log_joint))(flat), dtype=np.float64)
+        w, V = np.linalg.eigh(0.5 * (H + H.T))
+        w = np.maximum(w, rtol * np.abs(w).max())
+        return jnp.asarray((V / w[None, :]) @ V.T, dtype=flat.dtype)
 
     # --- data ------------------------------------------------------------------------------
 
