@@ -26,7 +26,9 @@ costs ``O(n p^2)`` whatever the number of samples. Exact for the variants
 ``diffnea/{ideal,viscous}/*`` and ``nea`` with ``likelihood="inverse"``, ``noise="normal"`` and
 no subsampling; ``nokin-diffnea`` (latent kinematics), Stribeck (nonlinear in ``v_s``), the network
 actuators and the forward and rollout likelihoods pay one ABA/RNEA per sample. The statistics
-enter as ``numpyro.factor("obs_tau", ...)`` (no per-sample log-likelihood).
+enter as ``numpyro.factor("obs_tau", ...)`` (no per-sample log-likelihood). Measured on the
+cart-pole ``diffnea/viscous``, 200 samples, float64, gradients inside a jitted scan on 2 shared
+cores: forward 255 us, inverse per sample 106 us, inverse on the statistics 1.6 us per gradient.
 NEA's Gaussian prior makes its posterior Gaussian given the noise: :func:`nea_posterior`.
 """
 
