@@ -171,7 +171,9 @@ def energy_swing_up(
     q_ref = np.zeros(robot.n)
     qd_ref = np.zeros(robot.n)
     qd_ref[p] = 1.0
-    b_ref = float(np.max(np.abs(np.asarray(edot_gain(jnp.asarray(q_ref), jnp.asarray(qd_ref))))))
+    b_ref = float(
+        np.max(np.abs(np.asarray(jax.jit(edot_gain)(jnp.asarray(q_ref), jnp.asarray(qd_ref)))))
+    )
     if b_ref == 0.0:
         raise ValueError(
             f"robot {robot.name!r}: the actuated joints do not move the pendulum's energy"
@@ -206,9 +208,8 @@ def _linearise(qdd_fn, q0: np.ndarray, actuated: np.ndarray):
 
     x0 = jnp.concatenate([jnp.asarray(q0), jnp.zeros(n)])
     u0 = jnp.zeros(S.shape[1])
-    A = np.asarray(jax.jacfwd(f, argnums=0)(x0, u0), dtype=np.float64)
-    B = np.asarray(jax.jacfwd(f, argnums=1)(x0, u0), dtype=np.float64)
-    return A, B, S
+    A, B = jax.jit(jax.jacfwd(f, argnums=(0, 1)))(x0, u0)  # jitted: eager op-by-op is slower
+    return np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64), S
 
 
 def lqr_stabilizer(

@@ -170,6 +170,23 @@ def _true_params(robot: bn.Robot) -> dict:
     return {"theta": np.asarray(nom.theta), "rpy": np.asarray(nom.rpy), "xyz": np.asarray(nom.xyz)}
 
 
+def _rk4_from_slope_looped(qdd_fn, q, qd, qdd, tau, dt):
+    """:func:`_rk4_from_slope` with stages 2-4 in a ``lax.scan``: one forward-dynamics call in
+    the compiled graph instead of three (compiles faster; same arithmetic)."""
+    dtype = q.dtype
+    coeffs = (jnp.asarray([0.5, 0.5, 1.0], dtype), jnp.asarray([2.0, 2.0, 1.0], dtype))
+
+    def stage(carry, cw):
+        kq_prev, kv_prev, acc_q, acc_v = carry
+        c, w = cw
+        kq = qd + c * dt * kv_prev
+        kv = qdd_fn(q + c * dt * kq_prev, kq, tau)
+        return (kq, kv, acc_q + w * kq, acc_v + w * kv), None
+
+    (_, _, acc_q, acc_v), _ = jax.lax.scan(stage, (qd, qdd, qd, qdd), coeffs)
+    return q + dt / 6.0 * acc_q, qd + dt / 6.0 * acc_v
+
+
 def _rk4_from_slope(qdd_fn, q, qd, qdd, tau, dt):
     """``bayes_nea.rk4_step`` with its first slope ``qdd = qdd_fn(q, qd, tau)`` already known
     (the recorded acceleration), saving one forward-dynamics call per step."""
@@ -296,7 +313,7 @@ def _closed_loop_fn(
                 applied = tau_d
             applied = applied + w
             qdd = qdd_fn(q, qd, applied)
-            q1, qd1 = _rk4_from_slope(qdd_fn, q, qd, qdd, applied, dt)
+            q1, qd1 = _rk4_from_slope_looped(qdd_fn, q, qd, qdd, applied, dt)
             return (q1, qd1, buf), (q, qd, qdd, tau_d)
 
         buf0 = jnp.zeros((delay_steps, robot.n), q0.dtype)

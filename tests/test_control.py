@@ -124,3 +124,16 @@ def test_computed_torque_pd_error_follows_closed_form():
     # zero-order hold over 1 ms steps: O(dt) deviation from the continuous closed form
     np.testing.assert_allclose(err, np.broadcast_to(expected[:, None], err.shape), atol=5e-4)
     assert np.abs(err[-1]).max() < 1e-3
+
+
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_controllers_run_in_float32(name):
+    robot = bn.get_system(name)
+    ctrl = jax.jit(control.swing_up_protocol(robot, swing_time=2.0, release_time=1.0))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        q, qd = rng.normal(size=2), rng.normal(size=2)
+        u64 = ctrl(np.float64(0.5), jnp.asarray(q), jnp.asarray(qd))
+        u32 = ctrl(np.float32(0.5), jnp.asarray(q, jnp.float32), jnp.asarray(qd, jnp.float32))
+        assert u32.dtype == jnp.float32 and u64.dtype == jnp.float64
+        np.testing.assert_allclose(u32, u64, rtol=1e-3, atol=1e-4 * robot.effort_limit[0])
