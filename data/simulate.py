@@ -4,8 +4,9 @@ Kinds (``generate_dataset(system, kind, *, seed, duration, **settings)``):
 
 - ``"uniform"``: ``q``, ``qd``, ``tau`` drawn uniformly over the state and input domain
   (:data:`UNIFORM_DOMAIN`), ``qdd = aba(q, qd, tau)`` of the true model; no friction, no noise.
-  Samples are independent; they are cut into episodes of ``chunk`` samples only so that splits
-  have units, and ``t`` is the sample index divided by ``rate_hz``.
+  Samples are independent; they are cut into episodes of ``chunk`` samples (at least 3 when
+  there are 150 samples) only so that splits have units, and ``t`` is the sample index divided
+  by ``rate_hz``. Trajectory kinds likewise get at least 3 episodes (:data:`MIN_EPISODES`).
 - ``"trajectories"``: the ideal system plus viscous friction (:data:`TRAJECTORY_VISCOUS`),
   driven by :func:`bayes_nea.control.swing_up_protocol` (energy swing-up at
   :data:`SWING_EFFORT_FRACTION` of the effort limit, LQR near the upright, the known damping of
@@ -134,12 +135,24 @@ def motor(m: bn.DCMotor, tau_d: jax.Array, qd: jax.Array) -> jax.Array:
     return gain * volts - jnp.asarray(m.back_emf, dtype) * qd
 
 
+MIN_EPISODES = 3
+"""Short datasets are cut into at least this many episodes (of at least
+:data:`MIN_EPISODE_SAMPLES` samples) so that a train/validation/test split by whole episodes
+exists."""
+MIN_EPISODE_SAMPLES = 50
+
+
 def _episode_split(duration: float, episode_duration: float, rate: float) -> tuple[int, int]:
+    """``(count, steps)``: ``round(duration / episode_duration)`` episodes, at least
+    :data:`MIN_EPISODES` where each then keeps :data:`MIN_EPISODE_SAMPLES` samples."""
     if not duration > 0 or not episode_duration > 0:
         raise ValueError(
             f"duration and episode_duration must be > 0, got {duration}, {episode_duration}"
         )
+    total = int(round(duration * rate))
     count = max(1, int(round(duration / episode_duration)))
+    if count < MIN_EPISODES:
+        count = max(count, min(MIN_EPISODES, total // MIN_EPISODE_SAMPLES))
     steps = int(round(duration * rate / count))
     if steps < 2:
         raise ValueError(
@@ -228,6 +241,11 @@ def _uniform(system: str, *, seed: int, duration: float, settings: dict) -> Data
     qdd = _uniform_fn(system)(q, qd, tau)
     q, qd, qdd, tau = (np.asarray(x, dtype=np.float64) for x in (q, qd, qdd, tau))
     chunk = int(s["chunk"])
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1 samples, got {chunk}")
+    if -(-total // chunk) < MIN_EPISODES and total >= MIN_EPISODES * MIN_EPISODE_SAMPLES:
+        chunk = -(-total // MIN_EPISODES)  # at least 3 chunks, so that splits exist
+    s["chunk"] = chunk
     episodes = []
     for a in range(0, total, chunk):
         b = min(a + chunk, total)

@@ -166,7 +166,7 @@ def test_excitation_dataset_tracks_within_limits():
     ds, truth = data.simulate_dataset(
         "arm2", "excitation", seed=2, duration=10.0, robot=robot, base_frequency_hz=0.2
     )
-    assert ds.system == "arm2" and len(ds.episodes) == 2 and ds.kind == "excitation"
+    assert ds.system == "arm2" and len(ds.episodes) == 3 and ds.kind == "excitation"
     q, qd, qdd = (truth[k].reshape(-1, 2) for k in ("q", "qd", "qdd"))
     assert np.all(q >= np.asarray(robot.lower) - 1e-3) and np.all(
         q <= np.asarray(robot.upper) + 1e-3
@@ -195,6 +195,13 @@ def test_split_by_whole_episodes(trajectories):
     assert [len(p.episodes) for p in train.split((0.5, 0.5), seed=1)] == [1, 1]
     with pytest.raises(ValueError, match="cannot split 1 episode"):
         test.split((0.5, 0.5), seed=0)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "trajectories"])
+def test_short_datasets_still_split(kind):
+    ds = data.generate_dataset("cartpole", kind, seed=0, duration=2.0)
+    assert len(ds.episodes) == 3 and ds.n_samples == 500 + (kind == "trajectories")
+    assert all(len(part.episodes) == 1 for part in ds.split(seed=0))
 
 
 def test_generator_errors():

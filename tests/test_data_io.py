@@ -142,7 +142,7 @@ def test_simulate_command_writes_a_loadable_dataset(tmp_path, capsys):
         ]
     )
     assert code == 0
-    assert "1 episodes, 500 samples" in capsys.readouterr().out
+    assert "3 episodes, 500 samples" in capsys.readouterr().out
     ds = data.load_dataset(out)
     assert ds == data.generate_dataset("cartpole", "uniform", seed=7, duration=2.0)
     assert main(["simulate", "--dataset", "real", "--out", str(out)]) == 2
