@@ -1,0 +1,42 @@
+"""``bayes-nea run``: the main job (simulate cart-pole data, fit SVI then NUTS, summary, figure, report)."""
+
+from __future__ import annotations
+
+HELP = "main job: simulate cart-pole data, fit a variant (SVI then NUTS), write rollout figure + report"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--variant",
+        default="diffnea/stribeck/informative",
+        help="variant name (see `bayes-nea variants`; default diffnea/stribeck/informative)",
+    )
+    parser.add_argument(
+        "--out", default="bayes-nea-output", help="output folder (default bayes-nea-output)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="integer seed (default 0)")
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes (about a minute; a smoke run)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bars or summary")
+
+
+def run(args) -> int:
+    import os
+
+    import numpyro
+
+    # Two parallel NUTS chains (R-hat) need the host split into devices before JAX starts; the
+    # library function never changes global state, the command line does it here (as `fit`).
+    numpyro.set_host_device_count(max(1, min(2, os.cpu_count() or 1)))
+
+    from analysis.main_job import run_main_job
+
+    run_main_job(
+        variant=args.variant,
+        out_dir=args.out,
+        seed=args.seed,
+        quick=args.quick,
+        progress=not args.quiet,
+    )
+    return 0
