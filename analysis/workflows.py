@@ -75,13 +75,27 @@ def check_controller_result(
     q0=None,
     max_draws: int = 500,
     out: str | os.PathLike | None = None,
+    respect_limits: bool = False,
+    dataset=None,
 ) -> dict:
     """Run the provided controller (:func:`analysis.controllers.default_controller`, designed on
     the nominal model) in closed loop on every posterior draw of a stored pendulum fit.
 
+    Args:
+        result_path: netCDF fit (``inference.save_result``).
+        seconds: closed-loop duration (s). q0: start positions (default: pendulum 0.1 rad).
+        max_draws: at most this many posterior draws (evenly thinned).
+        out: optional PNG of the closed-loop bands.
+        respect_limits: count a draw whose cart leaves its rail as a failure. Off by default: the
+            provided cart-pole swing-up uses more than the 0.814 m rail even on the true system.
+        dataset: optional synthetic ``data.Dataset`` of the same system: the controller is also run
+            on its true system (true parameters, friction, back-EMF), reported as
+            ``"true_system"``.
+
     Returns:
         The check's summary (success rate, settling-time and tracking-error quantiles), plus
-        ``"figure"`` when ``out`` is given (closed-loop bands).
+        ``"figure"`` when ``out`` is given (closed-loop bands) and ``"true_system"`` when
+        ``dataset`` is given.
     """
     import jax
     import jax.numpy as jnp
@@ -105,6 +119,9 @@ def check_controller_result(
     draws = jax.tree.map(lambda x: x[idx], draws)
     n = robot.n
     q0 = jnp.asarray(np.r_[np.zeros(n - 1), 0.1] if q0 is None else q0, float)
+    if q0.shape != (n,):
+        raise ValueError(f"q0 needs {n} values (joints {list(robot.joint_names)})")
+    task = swing_up_task(robot)._replace(respect_limits=bool(respect_limits))
     check = check_controller(
         bm.qdd_fn,
         draws,
@@ -112,10 +129,29 @@ def check_controller_result(
         q0,
         jnp.zeros(n),
         robot=robot,
-        task=swing_up_task(robot),
+        task=task,
         duration=seconds,
     )
     summary = check.summary()
+    if dataset is not None:
+        from analysis.cells import true_qdd_fn
+
+        if dataset.system != result.system:
+            raise ValueError(
+                f"dataset is of {dataset.system!r} but the fit is of {result.system!r}"
+            )
+        true_fn = true_qdd_fn(dataset)
+        truth = check_controller(
+            lambda _draw: true_fn,
+            {"dummy": jnp.zeros((1,))},
+            default_controller(robot),
+            q0,
+            jnp.zeros(n),
+            robot=robot,
+            task=task,
+            duration=seconds,
+        )
+        summary["true_system"] = truth.summary()
     if out is not None:
         band = credible_band(check.trajectory.q, prob=0.9)
         summary["figure"] = str(

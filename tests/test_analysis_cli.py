@@ -1,0 +1,92 @@
+"""The analysis subcommands on a saved fit, in-process: ``bayes-nea simulate`` -> ``fit`` ->
+``rollout`` / ``check-controller``; ``run --help`` stays cheap."""
+
+import json
+
+import numpy as np
+import pytest
+
+from cli.main import main
+
+
+@pytest.fixture(scope="module")
+def saved_fit(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli")
+    data_path, fit_path = folder / "data.npz", folder / "fit.nc"
+    args = ["--system", "cartpole", "--dataset", "trajectories", "--duration", "2"]
+    assert main(["simulate", *args, "--seed", "5", "--out", str(data_path)]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--variant",
+                "diffnea/viscous/informative",
+                "--data",
+                str(data_path),
+                "--method",
+                "svi",
+                "--guide",
+                "normal",
+                "--steps",
+                "150",
+                "--out",
+                str(fit_path),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    return folder, fit_path
+
+
+def test_rollout_command(saved_fit, capsys):
+    folder, fit_path = saved_fit
+    fig = folder / "rollout.png"
+    assert (
+        main(["rollout", str(fit_path), "--out", str(fig), "--seconds", "0.5", "--draws", "8"]) == 0
+    )
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "energy of the uncontrolled rollouts" in out
+    # fractions of the classes printed sum to one
+    fractions = [float(w) for w in out.split(":")[-1].replace(",", " ").split() if _is_number(w)]
+    assert fractions and abs(sum(fractions) - 1.0) < 0.02
+
+
+def test_check_controller_command(saved_fit, capsys):
+    folder, fit_path = saved_fit
+    fig = folder / "closed.png"
+    argv = ["check-controller", str(fit_path), "--seconds", "6", "--draws", "8", "--out", str(fig)]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["draws"] == 8
+    assert 0.0 <= summary["success_rate"] <= 1.0
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a fit of nearly the true system: the nominal-model swing-up works on most draws
+    assert summary["success_rate"] >= 0.5
+    assert all(np.isfinite(v) for v in summary["settling_time_s"].values())
+
+
+def test_bad_inputs_are_reported(saved_fit, tmp_path, capsys):
+    folder, fit_path = saved_fit
+    assert (
+        main(["rollout", str(fit_path), "--q0", "1", "2", "3", "--out", str(tmp_path / "x.png")])
+        == 2
+    )
+    assert "q0 and qd0 need 2 values" in capsys.readouterr().err
+    assert main(["rollout", str(fit_path), "--seconds", "-1"]) == 2
+
+
+def test_run_command_parses(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = capsys.readouterr().out
+    assert "--variant" in text and "--quick" in text and "--out" in text
+
+
+def _is_number(word):
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
