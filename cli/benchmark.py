@@ -10,7 +10,7 @@ def add_arguments(parser) -> None:
         "--out", default="benchmark-output", help="output folder (cells/ and report.md)"
     )
     parser.add_argument(
-        "--setting", default="quick", help="tiny, quick (SVI, 20 s data) or full (SVI+NUTS)"
+        "--setting", default="quick", help="tiny, quick (SVI, 12 s data) or full (SVI+NUTS)"
     )
     parser.add_argument("--systems", nargs="+", default=None, help="subset of: cartpole furuta")
     parser.add_argument(

@@ -1,5 +1,9 @@
 """Every example script runs at tiny sizes and writes what it says (numpyro's test_examples.py
-habit). The fit is made once (module fixture) and read back by the other two examples."""
+habit). The fit is made once (module fixture) and read back by the other two examples.
+
+Marked slow: about 2 minutes on 2 free cores (SVI + Laplace + NUTS compile for the fit, closed-loop
+compiles for the controller check); CI runs them. ``test_analysis_cli.py`` covers the same
+workflows through the command line in the fast set."""
 
 import importlib.util
 import math
@@ -10,6 +14,8 @@ import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SEED = 3
+
+pytestmark = pytest.mark.slow
 
 
 def load_example(name):
