@@ -265,3 +265,15 @@ def test_report_conclusions_from_records(tmp_path):
     assert (tmp_path / "figure1.png").stat().st_size > 1000 and (
         tmp_path / "grid_nmse.png"
     ).exists()
+
+
+def test_paired_ratios_ignore_rounding_level_errors():
+    """Two exact fits (errors 1e-19 and 1e-12, both rounding) compare as equal, not 1e-7."""
+    from analysis.report import ERROR_FLOOR, conclusions
+
+    assert ERROR_FLOOR == 1e-6
+    recs = [
+        fake_record("cartpole", "uniform", v, nmse=1e-30, rmse=r, div=0.0, declared="conserving")
+        for v, r in (("diffnea/ideal/informative", 1e-19), ("diffnea/ideal/weak", 1e-12))
+    ]
+    assert conclusions(recs)["priors"]["median_ratio"] == pytest.approx(1.0)
