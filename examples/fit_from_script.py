@@ -20,7 +20,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (a test runs this)")
     args = parser.parse_args(argv)
 
-    from analysis.main_job import fit_nuts_laplace
+    from analysis.sampling import fit_nuts_laplace
     from data import generate_dataset
     from inference import fit_svi, save_result
     from models import build_model, model_data
