@@ -100,7 +100,15 @@ def conclusions(records) -> dict:
             for r in ok
             if _get(r, "energy_class_declared") == cls
         ]
+        finite = [
+            _num((_get(r, "band") or {}).get("finite_fraction"))
+            for r in ok
+            if _get(r, "energy_class_declared") == cls
+        ]
         div[cls] = {
+            # cells where some draw's rollout became non-finite (blew up), a subset of the
+            # divergent ones (which also count rollouts leaving the state domain, e.g. the rail)
+            "cells_with_nonfinite": int(np.sum(np.asarray(finite) < 1.0)) if finite else 0,
             "cells": len(fr),
             "mean_divergent_fraction": float(np.nanmean(fr)) if fr else None,
             "cells_with_divergence": int(np.sum(np.asarray(fr) > 0)) if fr else 0,
@@ -251,7 +259,10 @@ def write_report(
         f"{eb['unbounded']['cells_with_divergence']} of {eb['unbounded']['cells']} "
         f"(mean {_fmt(eb['unbounded']['mean_divergent_fraction'])}, mean fraction of draws gaining energy "
         f"{_fmt(eb['unbounded']['mean_gaining_fraction'])}); conserving: {eb['conserving']['cells_with_divergence']} of "
-        f"{eb['conserving']['cells']}."
+        f"{eb['conserving']['cells']}. Divergent counts rollouts that leave the state domain "
+        f"(rail, velocity bound) or become non-finite; non-finite (blow-up) cells: dissipative "
+        f"{eb['dissipative']['cells_with_nonfinite']}, unbounded {eb['unbounded']['cells_with_nonfinite']}, "
+        f"conserving {eb['conserving']['cells_with_nonfinite']}."
     )
     for i, (name, text) in enumerate(
         (
