@@ -12,6 +12,16 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--out", default=None, help="optional figure path (PNG) of the closed-loop bands"
     )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="simulated dataset file (bayes-nea simulate): also run on its true system",
+    )
+    parser.add_argument(
+        "--respect-limits",
+        action="store_true",
+        help="count a cart leaving its rail as a failure (the provided swing-up overshoots it)",
+    )
 
 
 def run(args) -> int:
@@ -19,8 +29,18 @@ def run(args) -> int:
 
     from analysis.workflows import check_controller_result
 
+    dataset = None
+    if args.data is not None:
+        from data import load_dataset
+
+        dataset = load_dataset(args.data)
     summary = check_controller_result(
-        args.result, seconds=args.seconds, max_draws=args.draws, out=args.out
+        args.result,
+        seconds=args.seconds,
+        max_draws=args.draws,
+        out=args.out,
+        respect_limits=args.respect_limits,
+        dataset=dataset,
     )
     print(json.dumps(summary, indent=1, default=str))
     return 0

@@ -57,6 +57,7 @@ def test_check_controller_command(saved_fit, capsys):
     folder, fit_path = saved_fit
     fig = folder / "closed.png"
     argv = ["check-controller", str(fit_path), "--seconds", "6", "--draws", "8", "--out", str(fig)]
+    argv += ["--data", str(folder / "data.npz")]
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["draws"] == 1  # a delta-guide (MAP) fit holds one draw
@@ -65,6 +66,8 @@ def test_check_controller_command(saved_fit, capsys):
     # the MAP of 2 s of near-noiseless data is nearly the true system: the swing-up designed on
     # the nominal model works on it
     assert summary["success_rate"] == 1.0
+    # and on the simulated system itself (true parameters, friction, back-EMF)
+    assert summary["true_system"]["success_rate"] == 1.0 and summary["true_system"]["draws"] == 1
     assert all(np.isfinite(v) for v in summary["settling_time_s"].values())
 
 
