@@ -37,7 +37,6 @@ def run(args) -> int:
         numpyro.set_host_device_count(max(1, min(args.chains, os.cpu_count() or 1)))
 
     from data import load_dataset
-
     from inference import fit_nuts, fit_svi, save_result
     from models import build_model
 
