@@ -139,15 +139,6 @@ def tracking_task(
     return Task("tracking", error_fn, float(tolerance), float(hold_time), "rad")
 
 
-SWING_UP_OPTIONS: dict[str, dict[str, float]] = {
-    "cartpole": {},
-    "furuta": {"switch_angle": 0.5, "gain": 1.0, "center_kp": 0.01, "center_kd": 0.0},
-}
-"""Options for :func:`bayes_nea.control.swing_up_and_stabilize` per built-in system, from a sweep of
-gain x centring PD x energy ratio on the frictionless nominal model (10 s from 0.1 rad): the Furuta
-pendulum needs a gentler pump (gain 1) and a wider LQR capture (0.5 rad) than the defaults."""
-
-
 def default_controller(
     robot: Robot, *, reference_fn=None, kp: float = 100.0, kd: float = 20.0
 ) -> Controller:
@@ -164,7 +155,8 @@ def default_controller(
                 "for computed-torque PD"
             )
         return computed_torque_pd(robot, reference_fn, kp=kp, kd=kd)
-    return swing_up_and_stabilize(robot, **SWING_UP_OPTIONS.get(robot.name, {}))
+    # options tuned per built-in system live in bayes_nea.control.SWING_UP_DEFAULTS
+    return swing_up_and_stabilize(robot)
 
 
 def _settling(err: np.ndarray, tol: float, dt: float) -> np.ndarray:
