@@ -70,9 +70,8 @@ def true_qdd_fn(dataset):
 def fit_cell(cell: dict, settings: dict) -> dict:
     """Fit ``cell["variant"]`` on ``cell["dataset"]`` data of ``cell["system"]`` and score it."""
 
-    from analysis.sampling import fit_nuts_laplace
     from data import generate_dataset
-    from inference import fit_svi
+    from inference import fit_nuts, fit_svi
     from models import build_model, model_data
 
     seed = cell_seed(cell, int(settings["seed"]))
@@ -94,11 +93,12 @@ def fit_cell(cell: dict, settings: dict) -> dict:
     )
     if settings["method"] == "svi+nuts":
         # NUTS from the MAP with the Laplace metric: adapted metrics saturated the tree depth
-        # (~1,000 leapfrog steps per draw) on the DiffNEA models (analysis/sampling.py)
-        fit = fit_nuts_laplace(
+        # (~1,000 leapfrog steps per draw) on the DiffNEA models (inference/laplace.py)
+        fit = fit_nuts(
             bm,
             model_data(train),
-            fit,
+            init=fit,
+            metric="laplace",
             key=seed + 1,
             num_warmup=int(settings["num_warmup"]),
             num_samples=int(settings["num_samples"]),

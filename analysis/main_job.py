@@ -61,9 +61,8 @@ def run_main_job(
     from analysis.energy import analyse_energy
     from analysis.plots import plot_energy, plot_rollout_band
     from analysis.rollouts import credible_band, make_rollout_fn, true_rollout
-    from analysis.sampling import fit_nuts_laplace
     from data import generate_dataset
-    from inference import fit_svi, save_result
+    from inference import fit_nuts, fit_svi, save_result
     from models import build_model, model_data, variant_names
 
     if variant not in variant_names():
@@ -89,10 +88,11 @@ def run_main_job(
     # two chains (R-hat) where the caller split the host into devices (cli/run.py does), else one
     chains = 2 if jax.local_device_count() >= 2 else 1
     start = time.perf_counter()
-    fit = fit_nuts_laplace(
+    fit = fit_nuts(
         bm,
         model_data(train),
-        svi,
+        init=svi,
+        metric="laplace",
         key=seed + 1,
         num_warmup=size["num_warmup"],
         num_samples=size["num_samples"],

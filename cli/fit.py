@@ -18,6 +18,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--samples", type=int, default=1000, help="NUTS draws per chain")
     parser.add_argument("--chains", type=int, default=2, help="NUTS chains (default 2)")
     parser.add_argument("--dense-mass", action="store_true", help="NUTS dense mass matrix")
+    parser.add_argument(
+        "--init",
+        default=None,
+        help="NUTS: start at a saved SVI fit of the same variant (e.g. from `fit --method svi`)",
+    )
+    parser.add_argument(
+        "--metric",
+        choices=("adapt", "laplace"),
+        default=None,
+        help="NUTS inverse mass matrix: adapted in warm-up, or the fixed Laplace metric at --init "
+        "(default: laplace with --init, else adapt)",
+    )
     parser.add_argument("--target-accept", type=float, default=0.8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--float32", action="store_true", help="run in float32 (BAYES_NEA_X64=0)")
@@ -37,7 +49,7 @@ def run(args) -> int:
         numpyro.set_host_device_count(max(1, min(args.chains, os.cpu_count() or 1)))
 
     from data import load_dataset
-    from inference import fit_nuts, fit_svi, save_result
+    from inference import fit_nuts, fit_svi, load_result, save_result
     from models import build_model
 
     dataset = load_dataset(args.data)
@@ -55,6 +67,8 @@ def run(args) -> int:
         )
         print(result.attrs["convergence"]["message"])
     else:
+        init = load_result(args.init) if args.init else None
+        metric = args.metric or ("laplace" if init is not None else "adapt")
         result = fit_nuts(
             model,
             dataset,
@@ -63,6 +77,8 @@ def run(args) -> int:
             num_samples=args.samples,
             num_chains=args.chains,
             dense_mass=args.dense_mass,
+            init=init,
+            metric=metric,
             target_accept=args.target_accept,
             progress=progress,
         )

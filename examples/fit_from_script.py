@@ -20,9 +20,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (a test runs this)")
     args = parser.parse_args(argv)
 
-    from analysis.sampling import fit_nuts_laplace
     from data import generate_dataset
-    from inference import fit_svi, save_result
+    from inference import fit_nuts, fit_svi, save_result
     from models import build_model, model_data
 
     duration, steps, warmup, samples = (4.0, 300, 30, 30) if args.tiny else (30.0, 3000, 300, 1000)
@@ -30,13 +29,15 @@ def main(argv=None) -> dict:
     train, _, test = dataset.split(seed=args.seed)
     model = build_model(args.variant, dataset.robot())
     svi = fit_svi(model, model_data(train), key=args.seed, steps=steps, progress=not args.tiny)
-    fit = fit_nuts_laplace(
+    fit = fit_nuts(
         model,
         model_data(train),
-        svi,
+        init=svi,
+        metric="laplace",
         key=args.seed + 1,
         num_warmup=warmup,
         num_samples=samples,
+        num_chains=1,
         progress=not args.tiny,
     )
     save_result(fit, args.out)

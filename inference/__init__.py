@@ -3,7 +3,9 @@
 Public API::
 
     fit_svi(bayes_model, data, *, key, guide="delta", steps=3000, ...) -> FitResult
-    fit_nuts(bayes_model, data, *, key, num_warmup=1000, num_samples=1000, num_chains=2, ...)
+    fit_nuts(bayes_model, data, *, key, num_warmup=1000, num_samples=1000, num_chains=2,
+             init=None, metric="adapt" | "laplace" | array, ...)
+    laplace_inverse_mass(bayes_model, data, point) -> (d, d)   # the Laplace NUTS metric
     FitResult(idata, variant, system, method): posterior_samples(), model(), diagnostics(), ...
     save_result(result, path); load_result(path) -> FitResult   # netCDF (h5netcdf), atomic
 
@@ -15,6 +17,7 @@ NumPyro is imported before ArviZ anywhere in this package (the other order break
 import numpyro  # noqa: F401  (before arviz)
 
 import bayes_nea  # noqa: F401  (float64 switch)
+from inference.laplace import laplace_inverse_mass
 from inference.nuts import fit_nuts
 from inference.result import FitResult, load_result, save_result
 from inference.svi import (
@@ -36,6 +39,7 @@ __all__ = [
     "convergence_report",
     "fit_nuts",
     "fit_svi",
+    "laplace_inverse_mass",
     "load_result",
     "make_optimizer",
     "save_result",

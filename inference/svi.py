@@ -173,6 +173,11 @@ def make_optimizer(
         lr = optax.warmup_cosine_decay_schedule(
             0.0, learning_rate, max(1, steps // 10), steps, end_value=end
         )
+    if callable(lr):
+        # optax counts steps in int32; a float count keeps the schedule's arithmetic free of
+        # int/float promotion (which fails under jax_numpy_dtype_promotion="strict")
+        schedule_fn = lr
+        lr = lambda count: schedule_fn(jnp.asarray(count).astype(jnp.result_type(float)))
     opt = OPTIMIZERS[name](lr)
     if clip_norm is not None:
         opt = optax.chain(optax.clip_by_global_norm(clip_norm), opt)

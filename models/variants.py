@@ -32,7 +32,8 @@ not adapted, 200 warm-up (step size only)          (ESS 384)
 Only base-parameter combinations are identified: the rest of the virtual parameters lie on a
 curved ridge carried by the prior (condition number ~1e7-1e8), which saturates NUTS's tree
 depth with a diagonal mass matrix. With an informative prior the posterior is close to Gaussian
-around the MAP and the Laplace preconditioner (:meth:`BayesianModel.laplace_inverse_mass`) removes
+around the MAP and the Laplace preconditioner (``inference.laplace_inverse_mass``, used by
+``inference.fit_nuts(..., metric="laplace")``) removes
 the ridge: 15 instead of 250-1000 leapfrog steps per draw, a 20-60x speed-up at equal ESS (60 on
 data whose pole joint has zero effort, ``tests/test_models_identification.py``). With the
 weak prior the ridge is curved (square-root and rotation parameters far from the prior's centre),
@@ -279,37 +280,6 @@ class BayesianModel:
     def latent_sites(self) -> tuple[str, ...]:
         """Names of the latent sites of one draw."""
         return tuple(self.init_sample())
-
-    def laplace_inverse_mass(self, data, sample: dict, *, rtol: float = 1e-10) -> Array:
-        """Inverse Hessian of ``-log p(sample, data)`` at ``sample`` (e.g. the MAP of an SVI fit).
-
-        The best NUTS geometry measured (module docstring): pass it as
-        ``NUTS(model.model, dense_mass=True, inverse_mass_matrix=M, adapt_mass_matrix=False,
-        init_strategy=init_to_value(values=sample))``. All latent sites are real-valued, so the
-        order is NumPyro's flattening of the sample dict (``jax.flatten_util.ravel_pytree``,
-        sorted site names). Eigenvalues of the Hessian below ``rtol`` times the largest are raised
-        to it. Cost: one Hessian of the log density (fine for white-box models, large for networks).
-
-        Args:
-            data: what :meth:`model` takes (``ModelData`` or :class:`LinearStats`).
-            sample: one draw (a dict of latent sites).
-
-        Returns:
-            (d, d) symmetric positive definite matrix, d = total size of the latent sites.
-        """
-        from jax.flatten_util import ravel_pytree
-        from numpyro.infer.util import log_density
-
-        self.check(data)
-        flat, unravel = ravel_pytree(sample)
-
-        def neg_log_joint(x):
-            return -log_density(self.model, (data,), {}, unravel(x))[0]
-
-        H = np.asarray(jax.jit(jax.hessian(neg_log_joint))(flat), dtype=np.float64)
-        w, V = np.linalg.eigh(0.5 * (H + H.T))
-        w = np.maximum(w, rtol * np.abs(w).max())
-        return jnp.asarray((V / w[None, :]) @ V.T, dtype=flat.dtype)
 
     # --- data ------------------------------------------------------------------------------
 

@@ -71,6 +71,22 @@ def test_check_controller_command(saved_fit, capsys):
     assert all(np.isfinite(v) for v in summary["settling_time_s"].values())
 
 
+def test_nuts_from_saved_svi_fit_uses_the_laplace_metric(saved_fit, capsys):
+    folder, fit_path = saved_fit
+    out = folder / "nuts.nc"
+    argv = ["fit", "--variant", "diffnea/viscous/informative", "--data", str(folder / "data.npz")]
+    argv += ["--method", "nuts", "--init", str(fit_path), "--warmup", "30", "--samples", "30"]
+    assert main([*argv, "--chains", "1", "--out", str(out), "--quiet"]) == 0
+    assert "divergences" in capsys.readouterr().out
+    from inference import load_result
+
+    result = load_result(out)
+    assert result.method == "nuts"
+    assert result.attrs["settings"]["metric"] == "laplace"
+    # from the MAP with the Laplace metric the trajectories stay short (adapted: hundreds)
+    assert float(result.idata["sample_stats"]["n_steps"].mean()) < 64
+
+
 def test_bad_inputs_are_reported(saved_fit, tmp_path, capsys):
     folder, fit_path = saved_fit
     assert (

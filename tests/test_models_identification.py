@@ -12,6 +12,7 @@ from numpyro.infer.autoguide import AutoDelta
 from numpyro.infer.initialization import init_to_value
 
 import bayes_nea as bn
+from inference import laplace_inverse_mass
 from models import ModelData, build_model, nea_posterior
 from models._sites import characteristic_scales
 
@@ -153,7 +154,7 @@ def test_laplace_preconditioned_nuts_is_fast_and_correct():
     )
     stats = model.prepare(data)
     init, _ = svi_map(model, stats, steps=3000)
-    mass = model.laplace_inverse_mass(stats, init)
+    mass = laplace_inverse_mass(model, stats, init)
     d = sum(int(np.size(v)) for v in init.values())
     assert mass.shape == (d, d)
     assert np.all(np.linalg.eigvalsh(np.asarray(mass)) > 0)
