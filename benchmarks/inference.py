@@ -3,6 +3,8 @@
 Prints compile time, SVI steps per second, NUTS wall time (2 chains x 1,000 warm-up + 1,000
 draws) and ESS per second, in float64 and float32 (float32 runs in a child process with
 ``BAYES_NEA_X64=0``, since precision is fixed when JAX starts). Target: NUTS under 60 s.
+NUTS starts at the SVI MAP with the Laplace metric (``fit_nuts``'s default with an init);
+``--metric adapt`` measures adapted metrics instead.
 
     python benchmarks/inference.py [--samples 5000 --warmup 1000 --draws 1000 --steps 3000]
 """
@@ -64,12 +66,15 @@ def run_once(args) -> dict:
         num_samples=args.draws,
         num_chains=2,
         init=svi,
+        metric=args.metric,
+        dense_mass=args.metric == "adapt",
         progress=False,
         num_predictive=0,
         log_likelihood=False,
     )
     out["nuts_total_s"] = time.perf_counter() - t0
     out["nuts_wall_s"] = nuts.attrs["timing"]["wall_s"]
+    out["leapfrog_per_draw"] = float(nuts.idata["sample_stats"]["n_steps"].mean())
     d = nuts.diagnostics()
     out.update(
         ess_bulk_min=d["ess_bulk_min"],
@@ -86,6 +91,7 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=1000)
     p.add_argument("--draws", type=int, default=1000)
     p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--metric", choices=("laplace", "adapt"), default="laplace")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--precision", choices=("float64", "float32", "both"), default="both")
     args = p.parse_args(argv)
@@ -93,6 +99,7 @@ def main(argv=None) -> int:
         print(json.dumps(run_once(args)))
         return 0
     precisions = ("float64", "float32") if args.precision == "both" else (args.precision,)
+    rows = []
     for precision in precisions:
         env = dict(os.environ, BAYES_NEA_X64="1" if precision == "float64" else "0")
         cmd = [sys.executable, __file__, "--child", *(argv if argv is not None else sys.argv[1:])]
@@ -101,15 +108,29 @@ def main(argv=None) -> int:
         if proc.returncode != 0:
             print(proc.stderr[-3000:], file=sys.stderr)
             return proc.returncode
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(
-            f"{r['dtype']}: SVI compile {r['svi_compile_s']:.1f} s, {r['svi_steps_per_s']:.0f} steps/s "
-            f"(total {r['svi_total_s']:.1f} s, converged {r['svi_converged']}); NUTS 2 chains x "
-            f"{args.warmup}+{args.draws}: wall {r['nuts_wall_s']:.1f} s (total with post-processing "
-            f"{r['nuts_total_s']:.1f} s), min bulk ESS {r['ess_bulk_min']:.0f} "
-            f"({r['ess_per_s']:.1f}/s), R-hat max {r['rhat_max']:.4f}, divergences {r['divergences']}, "
-            f"devices {r['devices']}"
-        )
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print(
+        f"cart-pole diffnea/viscous/informative, forward likelihood, {args.samples} samples; "
+        f"NUTS {rows[0]['devices']} device(s), 2 chains x ({args.warmup} warm-up + {args.draws} "
+        f"draws), metric {args.metric}"
+    )
+    columns = [
+        ("dtype", "{}"),
+        ("svi_compile_s", "{:.1f}"),
+        ("svi_steps_per_s", "{:.0f}"),
+        ("svi_total_s", "{:.1f}"),
+        ("svi_converged", "{}"),
+        ("nuts_wall_s", "{:.1f}"),
+        ("nuts_total_s", "{:.1f}"),
+        ("leapfrog_per_draw", "{:.1f}"),
+        ("ess_bulk_min", "{:.0f}"),
+        ("ess_per_s", "{:.1f}"),
+        ("rhat_max", "{:.4f}"),
+        ("divergences", "{}"),
+    ]
+    print(" | ".join(name for name, _ in columns))
+    for r in rows:
+        print(" | ".join(fmt.format(r[name]) for name, fmt in columns))
     return 0
 
 

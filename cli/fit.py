@@ -25,10 +25,10 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--metric",
-        choices=("adapt", "laplace"),
-        default=None,
+        choices=("auto", "adapt", "laplace"),
+        default="auto",
         help="NUTS inverse mass matrix: adapted in warm-up, or the fixed Laplace metric at --init "
-        "(default: laplace with --init, else adapt)",
+        "(auto, the default: laplace with --init, else adapt)",
     )
     parser.add_argument("--target-accept", type=float, default=0.8)
     parser.add_argument("--seed", type=int, default=0)
@@ -68,7 +68,6 @@ def run(args) -> int:
         print(result.attrs["convergence"]["message"])
     else:
         init = load_result(args.init) if args.init else None
-        metric = args.metric or ("laplace" if init is not None else "adapt")
         result = fit_nuts(
             model,
             dataset,
@@ -78,7 +77,7 @@ def run(args) -> int:
             num_chains=args.chains,
             dense_mass=args.dense_mass,
             init=init,
-            metric=metric,
+            metric=args.metric,
             target_accept=args.target_accept,
             progress=progress,
         )

@@ -53,6 +53,7 @@ def test_posterior_matches_closed_form(problem, nuts_fit):
 def test_diagnostics_reported(nuts_fit):
     d = nuts_fit.diagnostics()
     assert d["divergences"] == 0
+    assert nuts_fit.attrs["settings"]["metric"] == "adapt"  # the default without an init
     assert d["rhat_max"] < 1.05
     assert d["ess_bulk_min"] > 100
     stats_ = nuts_fit.idata["sample_stats"]
@@ -161,6 +162,7 @@ def test_init_from_svi_result(problem):
     w = _w(fit.posterior_samples())
     np.testing.assert_array_less(np.abs(w.mean(0) - mean) / np.sqrt(np.diag(cov)), 0.6)
     assert fit.diagnostics()["divergences"] == 0
+    assert fit.attrs["settings"]["metric"] == "laplace"  # the default with an init
 
 
 def _numpyro_order(mean, cov, n_base):
