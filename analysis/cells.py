@@ -1,5 +1,8 @@
 """One benchmark cell: simulate a dataset, fit one variant, score it on held-out data and rollouts.
 
+All variants of a (system, dataset kind) pair share one dataset (:func:`data_seed`), generated once
+per worker process (:func:`cell_data`), as the paper compares its variants on the same data.
+
 ``fit_cell(cell, settings) -> metrics`` is the default cell function of
 :func:`analysis.benchmark.run_benchmark`. Metrics (JSON-able):
 
@@ -17,6 +20,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 
@@ -31,6 +35,39 @@ def cell_seed(cell: dict, base: int) -> int:
     """A seed per cell derived from its id and the base seed (stable across runs and machines)."""
     digest = hashlib.sha256(f"{base}:{cell['id']}".encode()).hexdigest()
     return int(digest[:8], 16)
+
+
+def data_seed(cell: dict, base: int) -> int:
+    """The seed of a cell's dataset: one per (system, dataset kind), so that all 26 variants are
+    fitted to and scored on the same data, as in the paper."""
+    digest = hashlib.sha256(f"{base}:{cell['system']}:{cell['dataset']}".encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+@functools.lru_cache(maxsize=8)
+def cell_data(system: str, kind: str, seed: int, duration: float):
+    """``(dataset, train, test)``, generated once per worker process and kept (pure in its
+    arguments; a worker runs many cells of the same dataset)."""
+    from data import generate_dataset
+
+    dataset = generate_dataset(system, kind, seed=seed, duration=duration)
+    train, _, test = dataset.split(seed=seed)
+    return dataset, train, test
+
+
+@functools.lru_cache(maxsize=8)
+def _true_figure1_rollout(system: str, kind: str, seed: int, duration: float, steps: int):
+    """The true system's Figure-1 rollout (positions (steps + 1, n)) for a cached dataset."""
+    import jax.numpy as jnp
+
+    import bayes_nea as bn
+    from analysis.rollouts import true_rollout
+
+    dataset, _, _ = cell_data(system, kind, seed, duration)
+    n = dataset.robot().n
+    q0 = jnp.asarray(FIGURE1_START.get(system, (0.0,) * n))
+    truth = true_rollout(true_qdd_fn(dataset), q0, jnp.zeros(n), steps=steps, dt=bn.DEFAULT_DT)
+    return np.asarray(truth.q)
 
 
 def true_qdd_fn(dataset):
@@ -70,15 +107,17 @@ def true_qdd_fn(dataset):
 def fit_cell(cell: dict, settings: dict) -> dict:
     """Fit ``cell["variant"]`` on ``cell["dataset"]`` data of ``cell["system"]`` and score it."""
 
-    from data import generate_dataset
     from inference import fit_nuts, fit_svi
     from models import build_model, model_data
 
     seed = cell_seed(cell, int(settings["seed"]))
-    dataset = generate_dataset(
-        cell["system"], cell["dataset"], seed=seed, duration=float(settings["duration"])
+    data_key = (
+        cell["system"],
+        cell["dataset"],
+        data_seed(cell, int(settings["seed"])),
+        float(settings["duration"]),
     )
-    train, _, test = dataset.split(seed=seed)
+    dataset, train, test = cell_data(*data_key)
     robot = dataset.robot()
     bm = build_model(cell["variant"], robot)
     start = time.perf_counter()
@@ -106,11 +145,21 @@ def fit_cell(cell: dict, settings: dict) -> dict:
             progress=False,
         )
     fit_seconds = time.perf_counter() - start
-    return score_fit(bm, fit, dataset, test, settings, fit_seconds=fit_seconds)
+    steps = rollout_steps(settings)
+    q_true = _true_figure1_rollout(*data_key, steps)
+    return score_fit(bm, fit, dataset, test, settings, fit_seconds=fit_seconds, q_true=q_true)
 
 
-def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float) -> dict:
-    """The cell's metrics for a fitted model (see the module docstring)."""
+def rollout_steps(settings: dict) -> int:
+    """RK4 steps of the Figure-1 rollout."""
+    from bayes_nea import DEFAULT_DT
+
+    return int(round(float(settings["rollout_seconds"]) / DEFAULT_DT))
+
+
+def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_true=None) -> dict:
+    """The cell's metrics for a fitted model (see the module docstring); ``q_true``: the true
+    system's Figure-1 rollout (steps + 1, n) if already computed."""
     import jax
     import jax.numpy as jnp
 
@@ -138,13 +187,14 @@ def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float) -> 
 
     # uncontrolled Figure-1 rollout against the true system
     dt = bn.DEFAULT_DT
-    steps = int(round(float(settings["rollout_seconds"]) / dt))
+    steps = rollout_steps(settings)
     q0 = jnp.asarray(FIGURE1_START.get(dataset.system, (0.0,) * robot.n))
     qd0 = jnp.zeros(robot.n)
     traj = make_rollout_fn(bm.qdd_fn, steps=steps, dt=dt)(draws, q0, qd0)
-    truth = true_rollout(true_qdd_fn(dataset), q0, qd0, steps=steps, dt=dt)
+    if q_true is None:
+        truth = true_rollout(true_qdd_fn(dataset), q0, qd0, steps=steps, dt=dt)
+        q_true = np.asarray(truth.q)
     qs, qds = np.asarray(traj.q), np.asarray(traj.qd)
-    q_true = np.asarray(truth.q)
     band = credible_band(qs, prob=0.9)
     with np.errstate(invalid="ignore"):
         inside = (q_true >= band.lower) & (q_true <= band.upper)

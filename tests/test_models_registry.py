@@ -110,18 +110,16 @@ def _check_fit(losses):
     assert losses[-10:].mean() < losses[0] - 1.0
 
 
+# about 4 s of compilation per variant on 2 cores: one variant of each kind (white-box +
+# dissipative, no-Kin + network, black box) runs in the fast suite, the rest are marked slow
+FAST_FIT = ("diffnea/viscous/informative", "nokin-diffnea/nn-friction/weak", "ffnn")
+
+
 @pytest.mark.parametrize(
-    "name", ["diffnea/viscous/informative", "nokin-diffnea/nn-friction/weak", "ffnn"]
+    "name",
+    [n if n in FAST_FIT else pytest.param(n, marks=pytest.mark.slow) for n in variant_names()],
 )
-def test_some_variants_fit_by_svi(name, cartpole, data):
-    _check_fit(_svi_losses(build_model(name, cartpole), data))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", variant_names())
 def test_every_variant_fits_by_svi(name, cartpole, data):
-    # about 10 s of compilation per variant on 2 cores, hence slow; the fast test above covers
-    # one variant of each kind (white-box + dissipative, no-Kin + network, black box)
     _check_fit(_svi_losses(build_model(name, cartpole), data))
 
 
