@@ -135,36 +135,6 @@ def test_extend_rejects_other_data(problem, nuts_fit):
         fit_nuts(model, data, key=0, num_samples=10, num_chains=3, extend=nuts_fit, progress=False)
 
 
-def test_init_from_svi_result(problem):
-    model, data, mean, cov = problem
-    svi = fit_svi(
-        model,
-        data,
-        key=0,
-        steps=1000,
-        learning_rate=0.02,
-        progress=False,
-        num_predictive=0,
-        log_likelihood=False,
-    )
-    fit = fit_nuts(
-        model,
-        data,
-        key=3,
-        num_warmup=100,
-        num_samples=100,
-        num_chains=1,
-        init=svi,
-        progress=False,
-        num_predictive=0,
-        log_likelihood=False,
-    )
-    w = _w(fit.posterior_samples())
-    np.testing.assert_array_less(np.abs(w.mean(0) - mean) / np.sqrt(np.diag(cov)), 0.6)
-    assert fit.diagnostics()["divergences"] == 0
-    assert fit.attrs["settings"]["metric"] == "laplace"  # the default with an init
-
-
 def _numpyro_order(mean, cov, n_base):
     """[beta; d] (closed form's order) -> NumPyro's flattening (sorted: actuator/viscous, beta)."""
     perm = np.r_[n_base : mean.size, 0:n_base]
@@ -181,11 +151,10 @@ def test_laplace_metric_is_the_closed_form_covariance(problem):
     np.testing.assert_allclose(inverse_mass, cov_sorted, rtol=1e-7, atol=1e-12 * np.abs(cov).max())
 
 
-def test_fixed_metrics(problem):
-    model, data, mean, cov = problem
-    b = model.n_base
-    _, cov_sorted = _numpyro_order(mean, cov, b)
-    svi = fit_svi(
+@pytest.fixture(scope="module")
+def svi_map(problem):
+    model, data, _, _ = problem
+    return fit_svi(
         model,
         data,
         key=0,
@@ -195,17 +164,23 @@ def test_fixed_metrics(problem):
         num_predictive=0,
         log_likelihood=False,
     )
+
+
+def test_init_from_svi_with_fixed_metrics(problem, svi_map):
+    model, data, mean, cov = problem
+    b = model.n_base
+    _, cov_sorted = _numpyro_order(mean, cov, b)
     options = dict(
         key=4,
         num_warmup=100,
         num_samples=300,
         num_chains=1,
-        init=svi,
+        init=svi_map,
         progress=False,
         num_predictive=0,
         log_likelihood=False,
     )
-    laplace = fit_nuts(model, data, metric="laplace", **options)
+    laplace = fit_nuts(model, data, **options)  # the default metric with an init
     given = fit_nuts(model, data, metric=cov_sorted, **options)
     assert laplace.attrs["settings"]["metric"] == "laplace"
     assert given.attrs["settings"]["metric"] == "given"
