@@ -55,19 +55,23 @@ def cell_data(system: str, kind: str, seed: int, duration: float):
     return dataset, train, test
 
 
-@functools.lru_cache(maxsize=8)
-def _true_figure1_rollout(system: str, kind: str, seed: int, duration: float, steps: int):
-    """The true system's Figure-1 rollout (positions (steps + 1, n)) for a cached dataset."""
+def true_figure1_rollout(dataset, steps: int) -> np.ndarray:
+    """The true system's uncontrolled rollout from the Figure-1 start: positions (steps + 1, n)."""
     import jax.numpy as jnp
 
     import bayes_nea as bn
     from analysis.rollouts import true_rollout
 
-    dataset, _, _ = cell_data(system, kind, seed, duration)
     n = dataset.robot().n
-    q0 = jnp.asarray(FIGURE1_START.get(system, (0.0,) * n))
+    q0 = jnp.asarray(FIGURE1_START.get(dataset.system, (0.0,) * n))
     truth = true_rollout(true_qdd_fn(dataset), q0, jnp.zeros(n), steps=steps, dt=bn.DEFAULT_DT)
     return np.asarray(truth.q)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_true_figure1_rollout(system: str, kind: str, seed: int, duration: float, steps: int):
+    """:func:`true_figure1_rollout` of a :func:`cell_data` dataset, once per worker process."""
+    return true_figure1_rollout(cell_data(system, kind, seed, duration)[0], steps)
 
 
 def true_qdd_fn(dataset):
@@ -146,7 +150,7 @@ def fit_cell(cell: dict, settings: dict) -> dict:
         )
     fit_seconds = time.perf_counter() - start
     steps = rollout_steps(settings)
-    q_true = _true_figure1_rollout(*data_key, steps)
+    q_true = _cached_true_figure1_rollout(*data_key, steps)
     return score_fit(bm, fit, dataset, test, settings, fit_seconds=fit_seconds, q_true=q_true)
 
 
@@ -165,7 +169,7 @@ def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_t
 
     import bayes_nea as bn
     from analysis.energy import classify_energy, divergence_flags, rollout_energy
-    from analysis.rollouts import credible_band, make_rollout_fn, true_rollout
+    from analysis.rollouts import credible_band, make_rollout_fn
 
     robot = dataset.robot()
     draws = fit.posterior_samples()
@@ -192,8 +196,7 @@ def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_t
     qd0 = jnp.zeros(robot.n)
     traj = make_rollout_fn(bm.qdd_fn, steps=steps, dt=dt)(draws, q0, qd0)
     if q_true is None:
-        truth = true_rollout(true_qdd_fn(dataset), q0, qd0, steps=steps, dt=dt)
-        q_true = np.asarray(truth.q)
+        q_true = true_figure1_rollout(dataset, steps)
     qs, qds = np.asarray(traj.q), np.asarray(traj.qd)
     band = credible_band(qs, prob=0.9)
     with np.errstate(invalid="ignore"):

@@ -55,8 +55,7 @@ def run_main_job(
     Returns:
         {"report", "rollout", "energy", "posterior", "trace", "forest", "pair"} paths.
     """
-    import bayes_nea as bn
-    from analysis.cells import FIGURE1_START, score_fit, true_qdd_fn
+    from analysis.cells import FIGURE1_START, rollout_steps, score_fit, true_qdd_fn
     from analysis.diagnostics import diagnostic_plots, heldout_ppc
     from analysis.energy import analyse_energy
     from analysis.plots import plot_energy, plot_rollout_band
@@ -116,17 +115,21 @@ def run_main_job(
         "rollout_seconds": size["rollout_seconds"],
         "horizons": [0.1, 0.5, 1.0],
     }
-    metrics = score_fit(bm, fit, dataset, test, settings, fit_seconds=svi_s + nuts_s)
+    # the true system from the Figure-1 start state, shared by the metrics and the figures
+    import jax.numpy as jnp
+    import numpy as np
+
+    steps = rollout_steps(settings)
+    q0, qd0 = jnp.asarray(FIGURE1_START["cartpole"]), jnp.zeros(robot.n)
+    truth = true_rollout(true_qdd_fn(dataset), q0, qd0, steps=steps)
+    metrics = score_fit(
+        bm, fit, dataset, test, settings, fit_seconds=svi_s + nuts_s, q_true=np.asarray(truth.q)
+    )
     ppc = heldout_ppc(bm, fit, test)
 
-    # rollout figure: the posterior's band vs the true system, from the Figure-1 start state
-    import jax.numpy as jnp
-
+    # rollout figure: the posterior's band vs the true system
     draws = fit.posterior_samples()
-    steps = int(round(size["rollout_seconds"] / bn.DEFAULT_DT))
-    q0, qd0 = jnp.asarray(FIGURE1_START["cartpole"]), jnp.zeros(robot.n)
     traj = make_rollout_fn(bm.qdd_fn, steps=steps)(draws, q0, qd0)
-    truth = true_rollout(true_qdd_fn(dataset), q0, qd0, steps=steps)
     band = credible_band(traj.q, prob=0.9)
     paths["rollout"] = plot_rollout_band(
         out / "rollout.png",

@@ -4,7 +4,7 @@ Public API::
 
     fit_svi(bayes_model, data, *, key, guide="delta", steps=3000, ...) -> FitResult
     fit_nuts(bayes_model, data, *, key, num_warmup=1000, num_samples=1000, num_chains=2,
-             init=None, metric="adapt" | "laplace" | array, ...)
+             init=None, metric="auto" | "adapt" | "laplace" | array, ...)
     laplace_inverse_mass(bayes_model, data, point) -> (d, d)   # the Laplace NUTS metric
     FitResult(idata, variant, system, method): posterior_samples(), model(), diagnostics(), ...
     save_result(result, path); load_result(path) -> FitResult   # netCDF (h5netcdf), atomic

@@ -135,17 +135,18 @@ def test_extend_rejects_other_data(problem, nuts_fit):
         fit_nuts(model, data, key=0, num_samples=10, num_chains=3, extend=nuts_fit, progress=False)
 
 
-def _numpyro_order(mean, cov, n_base):
-    """[beta; d] (closed form's order) -> NumPyro's flattening (sorted: actuator/viscous, beta)."""
-    perm = np.r_[n_base : mean.size, 0:n_base]
-    return mean[perm], cov[np.ix_(perm, perm)]
+def _numpyro_order(cov, n_base):
+    """Covariance of [beta; d] (closed form's order) in NumPyro's flattening order (sorted site
+    names: actuator/viscous, beta)."""
+    perm = np.r_[n_base : cov.shape[0], 0:n_base]
+    return cov[np.ix_(perm, perm)]
 
 
 def test_laplace_metric_is_the_closed_form_covariance(problem):
     model, data, mean, cov = problem
     b = model.n_base
     point = {"beta": mean[:b], "actuator/viscous": mean[b:]}
-    _, cov_sorted = _numpyro_order(mean, cov, b)
+    cov_sorted = _numpyro_order(cov, b)
     inverse_mass = np.asarray(laplace_inverse_mass(model, data, point))
     # Gaussian posterior: the inverse Hessian of -log p is its covariance (Bishop eq. 3.54)
     np.testing.assert_allclose(inverse_mass, cov_sorted, rtol=1e-7, atol=1e-12 * np.abs(cov).max())
@@ -169,7 +170,7 @@ def svi_map(problem):
 def test_init_from_svi_with_fixed_metrics(problem, svi_map):
     model, data, mean, cov = problem
     b = model.n_base
-    _, cov_sorted = _numpyro_order(mean, cov, b)
+    cov_sorted = _numpyro_order(cov, b)
     options = dict(
         key=4,
         num_warmup=100,
