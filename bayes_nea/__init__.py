@@ -28,6 +28,7 @@ from bayes_nea.dynamics import (  # noqa: E402
     rnea,
     total_energy,
 )
+from bayes_nea.friction import FRICTION_FIELDS, FrictionParams, joint_friction  # noqa: E402
 from bayes_nea.inertia import (  # noqa: E402
     PARAMETERIZATION_NAMES,
     Parameterization,
@@ -42,13 +43,16 @@ from bayes_nea.inertia import (  # noqa: E402
 )
 from bayes_nea.integrate import (  # noqa: E402
     DEFAULT_DT,
+    ClosedLoopRun,
     Trajectory,
     forward_dynamics,
     integrate,
     integrate_closed_loop,
     rk4_step,
+    run_closed_loop,
 )
 from bayes_nea.kinematics import joint_placement, z_axis_form, z_axis_params, z_joint_transform  # noqa: E402
+from bayes_nea.plant import Plant, motor_torque, plant_dynamics  # noqa: E402
 from bayes_nea.positive import PositiveMap, get_positive_map  # noqa: E402
 from bayes_nea.regressor import body_regressor, joint_torque_regressor  # noqa: E402
 from bayes_nea.robot import Robot, RobotParams, make_robot  # noqa: E402
@@ -63,6 +67,10 @@ __all__ = [
     "swing_up_protocol",
     "DCMotor",
     "DEFAULT_DT",
+    "ClosedLoopRun",
+    "FRICTION_FIELDS",
+    "FrictionParams",
+    "Plant",
     "Trajectory",
     "cartpole",
     "forward_dynamics",
@@ -71,7 +79,11 @@ __all__ = [
     "get_system",
     "integrate",
     "integrate_closed_loop",
+    "joint_friction",
+    "motor_torque",
+    "plant_dynamics",
     "rk4_step",
+    "run_closed_loop",
     "to_urdf",
     "Robot",
     "RobotParams",

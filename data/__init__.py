@@ -12,10 +12,7 @@ from data.io import SCHEMA_VERSION, load_dataset, save_dataset
 from data.simulate import (
     DEFAULT_DURATION,
     GENERATED_KINDS,
-    FrictionParams,
-    friction,
     generate_dataset,
-    motor,
     simulate_dataset,
 )
 
@@ -28,16 +25,13 @@ __all__ = [
     "Dataset",
     "Episode",
     "FourierTrajectory",
-    "FrictionParams",
     "estimate_derivatives",
     "fourier_excitation",
-    "friction",
     "generate_dataset",
     "import_log",
     "load_dataset",
     "lowpass",
     "make_episode",
-    "motor",
     "save_dataset",
     "simulate_dataset",
 ]

@@ -13,8 +13,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+import bayes_nea as bn
+from bayes_nea.integrate import QddFn
+
 SIGNALS = ("q", "qd", "qdd", "tau")
 KINDS = ("uniform", "trajectories", "hardware", "excitation", "imported")
+PLANT_KEYS = ("theta", "rpy", "xyz", *bn.FRICTION_FIELDS, "friction_smoothing")
+"""``true_params`` entries of every simulated plant (:func:`plant_params`)."""
+MOTOR_KEYS = ("motor_gain", "back_emf", "voltage_limit")
+"""``true_params`` entries of a plant with a DC motor."""
 
 
 class Episode(NamedTuple):
@@ -72,6 +79,49 @@ def make_episode(t, q, qd, qdd, tau, *, n: int | None = None, where: str = "epis
             x.setflags(write=False)
             out[name] = x
     return Episode(**out)
+
+
+def plant_params(plant: bn.Plant) -> dict:
+    """The ``true_params`` entries (numpy float64) of a simulated plant: :data:`PLANT_KEYS`, and
+    :data:`MOTOR_KEYS` when it has a motor. :func:`plant_from_params` reads them back."""
+    if plant.friction.smoothing is None:
+        raise ValueError("a simulated plant needs a friction smoothing velocity (got None)")
+    values = [*plant.params, *plant.friction]
+    out = {k: np.asarray(v, dtype=np.float64) for k, v in zip(PLANT_KEYS, values, strict=True)}
+    if plant.motor is not None:
+        out.update(
+            {
+                k: np.asarray(v, dtype=np.float64)
+                for k, v in zip(MOTOR_KEYS, plant.motor, strict=True)
+            }
+        )
+    return out
+
+
+def plant_from_params(true_params: dict) -> bn.Plant:
+    """The :class:`bayes_nea.Plant` that ``true_params`` (written by :func:`plant_params`) describe.
+
+    Raises:
+        ValueError: a plant entry is missing (data without a known true plant).
+    """
+    missing = [k for k in PLANT_KEYS if k not in true_params]
+    if missing:
+        raise ValueError(
+            f"true_params lack the plant entries {missing} (need {list(PLANT_KEYS)}); only data "
+            "simulated by data.generate_dataset has a known true plant"
+        )
+    f64 = {k: np.asarray(v, dtype=np.float64) for k, v in true_params.items() if k in PLANT_KEYS}
+    motor = None
+    if any(k in true_params for k in MOTOR_KEYS):
+        absent = [k for k in MOTOR_KEYS if k not in true_params]
+        if absent:
+            raise ValueError(f"true_params have a motor but lack {absent}")
+        motor = bn.DCMotor(*(np.asarray(true_params[k], dtype=np.float64) for k in MOTOR_KEYS))
+    return bn.Plant(
+        bn.RobotParams(f64["theta"], f64["rpy"], f64["xyz"]),
+        bn.FrictionParams(*(f64[k] for k in (*bn.FRICTION_FIELDS, "friction_smoothing"))),
+        motor,
+    )
 
 
 def _json_able(value: Any) -> Any:
@@ -310,20 +360,40 @@ class Dataset:
             )
         return tuple(parts)
 
-    def robot(self):
+    def robot(self) -> bn.Robot:
         """The :class:`bayes_nea.Robot` of a built-in system (``bayes_nea.get_system``).
 
         Raises:
             ValueError: ``system`` is not built in (load the user's URDF with ``load_urdf``).
         """
-        import bayes_nea
-
-        robot = bayes_nea.get_system(self.system)
+        robot = bn.get_system(self.system)
         if robot.joint_names != self.joint_names:
             raise ValueError(
                 f"dataset joints {self.joint_names} differ from {self.system!r}'s {robot.joint_names}"
             )
         return robot
+
+    def true_plant(self) -> bn.Plant:
+        """The plant that simulated this data (true inertia, friction, motor).
+
+        Raises:
+            ValueError: no true parameters (imported data) or no plant among them.
+        """
+        if self.true_params is None:
+            raise ValueError(
+                f"dataset of {self.system!r} ({self.kind}) has no true parameters: not simulated"
+            )
+        return plant_from_params(self.true_params)
+
+    def true_dynamics(self, robot: bn.Robot | None = None) -> QddFn:
+        """The true system's forward dynamics ``(q, qd, tau_d) -> qdd``: the function the
+        generator integrated (:func:`bayes_nea.plant_dynamics` of :meth:`true_plant`). The
+        actuation delay of hardware-like data (``true_params["delay_s"]``) is not part of it.
+
+        Args:
+            robot: the data's robot; default :meth:`robot` (built-in systems).
+        """
+        return bn.plant_dynamics(self.robot() if robot is None else robot, self.true_plant())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Dataset):

@@ -15,10 +15,10 @@ Kinds (``generate_dataset(system, kind, *, seed, duration, **settings)``):
   measurement noise on ``q``, ``qd``, ``qdd``. ``qdd`` is the true forward dynamics at each
   sample (the RK4 stage-1 slope).
 - ``"hardware"``: synthetic stand-in for the Quanser logs (``synthetic=True``, said in
-  ``settings["note"]``): Stribeck + Coulomb + viscous friction on every joint (:func:`friction`),
-  the actuated joint driven through a voltage DC motor with back-EMF and saturation
-  (:func:`motor`), an actuation delay, encoder quantisation and measurement noise on ``q``; ``qd``
-  and ``qdd`` are *estimated* from the quantised positions (:mod:`data.estimate`). The recorded
+  ``settings["note"]``): Stribeck + Coulomb + viscous friction on every joint
+  (:func:`bayes_nea.joint_friction`), the actuated joint driven through a voltage DC motor with
+  back-EMF and saturation (:func:`bayes_nea.motor_torque`), an actuation delay, encoder
+  quantisation and measurement noise on ``q``; ``qd`` and ``qdd`` are *estimated* from the quantised positions (:mod:`data.estimate`). The recorded
   ``tau`` is the commanded effort ``tau_d = gain V``.
 - ``"excitation"``: a fully actuated robot (``robot=`` a :class:`bayes_nea.Robot`, or a built-in
   name) tracks finite Fourier series (:mod:`data.excitation`) with computed-torque PD; the plant
@@ -26,13 +26,15 @@ Kinds (``generate_dataset(system, kind, *, seed, duration, **settings)``):
 
 All randomness comes from ``seed``; the same seed reproduces the same arrays bit for bit on the
 same machine. Each batch of episodes is one jitted ``lax.scan`` over time, vmapped over episodes.
+Every generator stores its plant (:class:`bayes_nea.Plant`) in ``true_params``
+(:func:`data.dataset.plant_params`); ``Dataset.true_dynamics()`` gives back the function it
+integrated.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -40,7 +42,7 @@ import numpy as np
 
 import bayes_nea as bn
 from bayes_nea import control
-from data.dataset import Dataset, Episode
+from data.dataset import Dataset, Episode, plant_params
 from data.estimate import DEFAULT_CUTOFF_HZ, DEFAULT_ORDER, estimate_derivatives
 from data.excitation import FourierTrajectory, fourier_excitation
 
@@ -65,13 +67,13 @@ HARDWARE_FRICTION = {
     "cartpole": {
         "viscous": (4.3, 0.0024),
         "coulomb": (0.5, 0.002),
-        "stribeck_peak": (0.3, 0.001),
+        "stribeck_amplitude": (0.3, 0.001),
         "stribeck_velocity": (0.05, 0.1),
     },
     "furuta": {
         "viscous": (1.5e-5, 5e-6),
         "coulomb": (5e-4, 1e-5),
-        "stribeck_peak": (3e-4, 5e-6),
+        "stribeck_amplitude": (3e-4, 5e-6),
         "stribeck_velocity": (0.1, 0.1),
     },
 }
@@ -79,6 +81,10 @@ HARDWARE_FRICTION = {
 as viscous terms. Furuta: the smaller of the two published damping sets (sources disagree by
 100x); with the larger one (``bayes_nea.furuta().damping``) the 0.025 N m motor cannot swing the
 pendulum up at all."""
+
+FRICTION_SMOOTHING = 0.01
+"""Velocity (m/s or rad/s) of the ``tanh`` that smooths ``sign(qd)`` in the simulated friction
+(:func:`bayes_nea.joint_friction`), so that the plant is a smooth ODE for RK4."""
 
 SWING_EFFORT_FRACTION = {"cartpole": 0.5, "furuta": 1.0}
 """Swing-up effort (and centring gains) of the data protocol as a fraction of the effort limit.
@@ -90,49 +96,6 @@ cart reaches about +-0.8 m (the IP02 rail is +-0.41 m)."""
 
 TRAJECTORY_VISCOUS = {"cartpole": (4.3, 0.0024), "furuta": (1.5e-5, 5e-6)}
 """Viscous friction of the ``"trajectories"`` dataset (same choice as above)."""
-
-
-class FrictionParams(NamedTuple):
-    """Joint friction, (n,) each: ``tau_f = viscous qd + tanh(qd / smoothing) (coulomb +
-    stribeck_peak exp(-(qd / stribeck_velocity)^2))`` (DiffNEA eq. "Stribeck" with ``f_s`` =
-    coulomb, ``f_d`` = stribeck_peak, ``nu_s = 1 / stribeck_velocity^2``; ``sign`` smoothed).
-
-    Fields:
-        viscous: (n,) N s/m or N m s/rad. coulomb, stribeck_peak: (n,) N or N m.
-        stribeck_velocity: (n,) m/s or rad/s. smoothing: scalar velocity of the tanh (m/s, rad/s).
-    """
-
-    viscous: jax.Array
-    coulomb: jax.Array
-    stribeck_peak: jax.Array
-    stribeck_velocity: jax.Array
-    smoothing: jax.Array
-
-
-def friction(p: FrictionParams, qd: jax.Array) -> jax.Array:
-    """Friction torque (n,) opposing ``qd`` (subtract it from the joint torque)."""
-    dtype = qd.dtype
-    v_s = jnp.asarray(p.stribeck_velocity, dtype)
-    level = jnp.asarray(p.coulomb, dtype) + jnp.asarray(p.stribeck_peak, dtype) * jnp.exp(
-        -((qd / v_s) ** 2)
-    )
-    return (
-        jnp.asarray(p.viscous, dtype) * qd + jnp.tanh(qd / jnp.asarray(p.smoothing, dtype)) * level
-    )
-
-
-def motor(m: bn.DCMotor, tau_d: jax.Array, qd: jax.Array) -> jax.Array:
-    """DC motor output (n,): ``gain sat(tau_d / gain) - back_emf qd``, ``|V| <= voltage_limit``.
-
-    ``V = tau_d / gain`` is the voltage a controller commanding ``tau_d`` sends; joints with
-    ``gain == 0`` (unactuated) get no torque.
-    """
-    dtype = qd.dtype
-    gain = jnp.asarray(m.gain, dtype)
-    driven = gain != 0
-    volts = jnp.where(driven, tau_d / jnp.where(driven, gain, 1.0), 0.0)
-    volts = jnp.clip(volts, -m.voltage_limit, m.voltage_limit)
-    return gain * volts - jnp.asarray(m.back_emf, dtype) * qd
 
 
 MIN_EPISODES = 3
@@ -178,37 +141,18 @@ def _as_joint_vector(value, n: int, name: str) -> np.ndarray:
         raise ValueError(f"{name} must be a scalar or have {n} entries, got {arr.shape}") from None
 
 
-def _true_params(robot: bn.Robot) -> dict:
-    nom = robot.nominal
-    return {"theta": np.asarray(nom.theta), "rpy": np.asarray(nom.rpy), "xyz": np.asarray(nom.xyz)}
+def _nominal_params(robot: bn.Robot) -> bn.RobotParams:
+    """The true rigid bodies of every generated dataset: the robot's nominal parameters."""
+    return bn.RobotParams(*(np.asarray(x, dtype=np.float64) for x in robot.nominal))
 
 
-def _rk4_from_slope_looped(qdd_fn, q, qd, qdd, tau, dt):
-    """:func:`_rk4_from_slope` with stages 2-4 in a ``lax.scan``: one forward-dynamics call in
-    the compiled graph instead of three (compiles faster; same arithmetic)."""
-    dtype = q.dtype
-    coeffs = (jnp.asarray([0.5, 0.5, 1.0], dtype), jnp.asarray([2.0, 2.0, 1.0], dtype))
-
-    def stage(carry, cw):
-        kq_prev, kv_prev, acc_q, acc_v = carry
-        c, w = cw
-        kq = qd + c * dt * kv_prev
-        kv = qdd_fn(q + c * dt * kq_prev, kq, tau)
-        return (kq, kv, acc_q + w * kq, acc_v + w * kv), None
-
-    (_, _, acc_q, acc_v), _ = jax.lax.scan(stage, (qd, qdd, qd, qdd), coeffs)
-    return q + dt / 6.0 * acc_q, qd + dt / 6.0 * acc_v
-
-
-def _rk4_from_slope(qdd_fn, q, qd, qdd, tau, dt):
-    """``bayes_nea.rk4_step`` with its first slope ``qdd = qdd_fn(q, qd, tau)`` already known
-    (the recorded acceleration), saving one forward-dynamics call per step."""
-    k2q, k2v = qd + 0.5 * dt * qdd, qdd_fn(q + 0.5 * dt * qd, qd + 0.5 * dt * qdd, tau)
-    k3q, k3v = qd + 0.5 * dt * k2v, qdd_fn(q + 0.5 * dt * k2q, qd + 0.5 * dt * k2v, tau)
-    k4q, k4v = qd + dt * k3v, qdd_fn(q + dt * k3q, qd + dt * k3v, tau)
-    q_next = q + dt / 6.0 * (qd + 2 * k2q + 2 * k3q + k4q)
-    qd_next = qd + dt / 6.0 * (qdd + 2 * k2v + 2 * k3v + k4v)
-    return q_next, qd_next
+def _rigid_plant(robot: bn.Robot) -> bn.Plant:
+    """The plant of the uniform data: rigid bodies, no friction, no motor."""
+    n = robot.n
+    fr = bn.FrictionParams(
+        np.zeros(n), np.zeros(n), np.zeros(n), np.ones(n), np.asarray(FRICTION_SMOOTHING)
+    )
+    return bn.Plant(_nominal_params(robot), fr)
 
 
 # --- uniform ------------------------------------------------------------------------------------
@@ -217,7 +161,7 @@ def _rk4_from_slope(qdd_fn, q, qd, qdd, tau, dt):
 @functools.cache
 def _uniform_fn(system: str):
     robot = bn.get_system(system)
-    return jax.jit(jax.vmap(lambda q, qd, tau: bn.aba(robot, q, qd, tau)))
+    return jax.jit(jax.vmap(bn.plant_dynamics(robot, _rigid_plant(robot))))
 
 
 def _uniform(system: str, *, seed: int, duration: float, settings: dict) -> Dataset:
@@ -261,19 +205,11 @@ def _uniform(system: str, *, seed: int, duration: float, settings: dict) -> Data
         estimated=(),
         synthetic=True,
         settings={"seed": seed, "duration": duration, "friction": None, "noise": None, **s},
-        true_params=_true_params(robot),
+        true_params=plant_params(_rigid_plant(robot)),
     )
 
 
 # --- closed-loop trajectories (ideal + viscous, and hardware-like) ------------------------------
-
-
-class _Plant(NamedTuple):
-    """Traced plant settings of one simulation batch."""
-
-    friction: FrictionParams
-    motor: bn.DCMotor | None
-    compensation: jax.Array  # (n,) damping the controller cancels: tau_d += compensation qd
 
 
 @functools.cache
@@ -281,14 +217,15 @@ def _closed_loop_fn(
     system: str,
     steps: int,
     delay_steps: int,
-    hardware: bool,
     swing_time: float,
     release_time: float,
     rate: float,
     smoothing: float,
     frac: float,
 ):
-    """Jitted ``(q0, qd0, offsets, action_noise, plant) -> (q, qd, qdd, tau_d)`` (E, T, n) each."""
+    """Jitted ``(q0, qd0, offsets, action_noise, plant, compensation) -> (q, qd, qdd, tau_d)``
+    (E, T, n) each; ``plant`` (a :class:`bayes_nea.Plant`) and ``compensation`` (n,) (the
+    damping the controller cancels: ``tau_d += compensation qd``) are traced."""
     robot = bn.get_system(system)
     dt = 1.0 / rate
     d = control.SWING_UP_DEFAULTS.get(system, {})
@@ -301,9 +238,9 @@ def _closed_loop_fn(
     )
     limit = np.abs(np.asarray(robot.effort_limit, dtype=float))
 
-    def run(q0, qd0, offset, noise, plant: _Plant):
+    def run(q0, qd0, offset, noise, plant: bn.Plant, compensation):
         def compensated(t, q, qd):
-            u = inner(t, q, qd) + jnp.asarray(plant.compensation, qd.dtype) * qd
+            u = inner(t, q, qd) + jnp.asarray(compensation, qd.dtype) * qd
             return jnp.clip(u, -limit, limit)
 
         ctrl = control.swing_up_protocol(
@@ -313,33 +250,21 @@ def _closed_loop_fn(
             offset=offset,
             controller=compensated,
         )
+        out = bn.run_closed_loop(
+            bn.plant_dynamics(robot, plant),
+            ctrl,
+            q0,
+            qd0,
+            steps,
+            dt=dt,
+            delay_steps=delay_steps,
+            action_noise=noise,
+            scan_stages=True,
+        )
+        traj = out.trajectory
+        return traj.q[:-1], traj.qd[:-1], out.qdd, traj.tau
 
-        def actuator(tau_d, q, qd):
-            tau = tau_d if plant.motor is None else motor(plant.motor, tau_d, qd)
-            return tau - friction(plant.friction, qd)
-
-        qdd_fn = bn.forward_dynamics(robot, actuator=actuator)
-
-        def step(carry, inputs):
-            q, qd, buf = carry
-            k, w = inputs
-            tau_d = ctrl(k * dt, q, qd)
-            if delay_steps:
-                applied = buf[0]
-                buf = jnp.concatenate([buf[1:], tau_d[None]], axis=0)
-            else:
-                applied = tau_d
-            applied = applied + w
-            qdd = qdd_fn(q, qd, applied)
-            q1, qd1 = _rk4_from_slope_looped(qdd_fn, q, qd, qdd, applied, dt)
-            return (q1, qd1, buf), (q, qd, qdd, tau_d)
-
-        buf0 = jnp.zeros((delay_steps, robot.n), q0.dtype)
-        ks = jnp.arange(steps, dtype=q0.dtype)
-        _, out = jax.lax.scan(step, (q0, qd0, buf0), (ks, noise))
-        return out
-
-    return jax.jit(jax.vmap(run, in_axes=(0, 0, 0, 0, None)))
+    return jax.jit(jax.vmap(run, in_axes=(0, 0, 0, 0, None, None)))
 
 
 def _closed_loop(
@@ -369,7 +294,7 @@ def _closed_loop(
     if hardware:
         defaults |= {k: v for k, v in HARDWARE_FRICTION[system].items() if k != "viscous"}
         defaults |= {
-            "friction_smoothing": 0.01,
+            "friction_smoothing": FRICTION_SMOOTHING,
             "delay_s": 1.0 / DEFAULT_RATE_HZ,
             "encoder_resolution": ENCODER_RESOLUTION[system],
             "position_noise": tuple(0.5 * r for r in ENCODER_RESOLUTION[system]),
@@ -386,26 +311,23 @@ def _closed_loop(
         raise ValueError(f"delay_s must be >= 0, got {s['delay_s']}")
     vec = lambda name: _as_joint_vector(s[name], n, name)  # noqa: E731
     zeros = np.zeros(n)
-    fr = FrictionParams(
+    fr = bn.FrictionParams(
         viscous=vec("viscous"),
         coulomb=vec("coulomb") if hardware else zeros,
-        stribeck_peak=vec("stribeck_peak") if hardware else zeros,
+        stribeck_amplitude=vec("stribeck_amplitude") if hardware else zeros,
         stribeck_velocity=vec("stribeck_velocity") if hardware else np.ones(n),
-        smoothing=np.asarray(float(s.get("friction_smoothing", 0.01))),
+        smoothing=np.asarray(float(s.get("friction_smoothing", FRICTION_SMOOTHING))),
     )
     mot = bn.get_motor(system) if hardware else None
+    if mot is not None:
+        mot = bn.DCMotor(np.asarray(mot.gain), np.asarray(mot.back_emf), mot.voltage_limit)
+    plant = bn.Plant(_nominal_params(robot), fr, mot)
     # The controller cancels the joint's known viscous damping (and the motor's back-EMF), as
     # Quanser's swing-up does through its motor model; without it the cart-pole's 12 N s/m
     # never lets the swing-up reach the upright.
-    damping = fr.viscous + (np.asarray(mot.back_emf) if mot is not None else 0.0)
+    damping = fr.viscous + (mot.back_emf if mot is not None else 0.0)
     actuated = np.asarray(robot.actuated, dtype=float)
-    plant = _Plant(
-        fr,
-        None
-        if mot is None
-        else bn.DCMotor(np.asarray(mot.gain), np.asarray(mot.back_emf), mot.voltage_limit),
-        damping * actuated * float(bool(s["damping_compensation"])),
-    )
+    compensation = damping * actuated * float(bool(s["damping_compensation"]))
 
     key = jax.random.key(seed)
     k_init, k_off, k_act, k_meas = jax.random.split(key, 4)
@@ -424,14 +346,15 @@ def _closed_loop(
         system,
         steps,
         delay_steps,
-        hardware,
         float(s["swing_time"]),
         float(s["release_time"]),
         rate,
         float(s["swing_smoothing"]),
         float(s["swing_effort_fraction"]),
     )
-    q, qd, qdd, tau = (np.asarray(x, dtype=np.float64) for x in fn(q0, qd0, offsets, noise, plant))
+    q, qd, qdd, tau = (
+        np.asarray(x, dtype=np.float64) for x in fn(q0, qd0, offsets, noise, plant, compensation)
+    )
     t = np.arange(steps, dtype=np.float64) / rate
     truth = {"q": q, "qd": qd, "qdd": qdd}
 
@@ -449,16 +372,8 @@ def _closed_loop(
         qdd_m = np.stack([x[1] for x in est])
         measured, estimated = ("q", "tau"), ("qd", "qdd")
         true_extra = {
-            "viscous": fr.viscous,
-            "coulomb": fr.coulomb,
-            "stribeck_peak": fr.stribeck_peak,
-            "stribeck_velocity": fr.stribeck_velocity,
             "stribeck_nu": 1.0 / fr.stribeck_velocity**2,
-            "friction_smoothing": float(fr.smoothing),
-            "motor_gain": np.asarray(mot.gain),
-            "back_emf": np.asarray(mot.back_emf),
-            "voltage_limit": float(mot.voltage_limit),
-            "effective_viscous": fr.viscous + np.asarray(mot.back_emf),
+            "effective_viscous": fr.viscous + mot.back_emf,
             "delay_s": delay_steps / rate,
         }
         note = (
@@ -472,7 +387,7 @@ def _closed_loop(
         qd_m = qd + meas[1] * float(s["velocity_noise"])
         qdd_m = qdd + meas[2] * float(s["acceleration_noise"])
         measured, estimated = ("q", "qd", "qdd", "tau"), ()
-        true_extra = {"viscous": fr.viscous, "action_noise_std": float(s["action_noise"]) * umax}
+        true_extra = {"action_noise_std": float(s["action_noise"]) * umax}
         note = "simulated: ideal rigid bodies with viscous friction, action and measurement noise"
     episodes = tuple(Episode(t, q_m[e], qd_m[e], qdd_m[e], tau[e]) for e in range(count))
     dataset = Dataset(
@@ -495,7 +410,7 @@ def _closed_loop(
             "note": note,
             **s,
         },
-        true_params={**_true_params(robot), **true_extra},
+        true_params={**plant_params(plant), **true_extra},
     )
     return (dataset, truth) if return_truth else dataset
 
@@ -531,7 +446,7 @@ def _excitation(
             "position_noise": 1e-5,
             "velocity_noise": 1e-4,
             "acceleration_noise": 1e-3,
-            "friction_smoothing": 0.01,
+            "friction_smoothing": FRICTION_SMOOTHING,
         },
     )
     rate = float(s["rate_hz"])
@@ -551,14 +466,15 @@ def _excitation(
         )
         for e in range(count)
     ]
-    fr = FrictionParams(
+    fr = bn.FrictionParams(
         viscous=np.asarray(robot.damping, dtype=float),
         coulomb=np.asarray(robot.friction, dtype=float),
-        stribeck_peak=np.zeros(n),
+        stribeck_amplitude=np.zeros(n),
         stribeck_velocity=np.ones(n),
         smoothing=np.asarray(float(s["friction_smoothing"])),
     )
-    qdd_fn = bn.forward_dynamics(robot, actuator=lambda tau, q, qd: tau - friction(fr, qd))
+    plant = bn.Plant(_nominal_params(robot), fr)
+    qdd_fn = bn.plant_dynamics(robot, plant)
     dt = 1.0 / rate
     coeffs = tuple(np.stack([getattr(r, f) for r in refs]) for f in ("q0", "a", "b"))
     w_f = refs[0].w_f
@@ -567,15 +483,9 @@ def _excitation(
         ref = FourierTrajectory(q0_off, a, b, w_f)
         ctrl = control.computed_torque_pd(robot, ref, kp=s["kp"], kd=s["kd"])
         qa, qda, _ = ref(jnp.asarray(0.0))
-
-        def step(state, k):
-            q, qd = state
-            tau = ctrl(k * dt, q, qd)
-            qdd = qdd_fn(q, qd, tau)
-            return _rk4_from_slope(qdd_fn, q, qd, qdd, tau, dt), (q, qd, qdd, tau)
-
-        _, out = jax.lax.scan(step, (qa, qda), jnp.arange(steps, dtype=jnp.float64))
-        return out
+        out = bn.run_closed_loop(qdd_fn, ctrl, qa, qda, steps, dt=dt, scan_stages=True)
+        traj = out.trajectory
+        return traj.q[:-1], traj.qd[:-1], out.qdd, traj.tau
 
     q, qd, qdd, tau = (np.asarray(x, dtype=np.float64) for x in jax.jit(jax.vmap(run))(*coeffs))
     meas = np.asarray(jax.random.normal(jax.random.key(seed), (3, count, steps, n), jnp.float64))
@@ -607,12 +517,7 @@ def _excitation(
             "fourier": {"q0": coeffs[0], "a": coeffs[1], "b": coeffs[2], "w_f": w_f},
             **s,
         },
-        true_params={
-            **_true_params(robot),
-            "viscous": fr.viscous,
-            "coulomb": fr.coulomb,
-            "friction_smoothing": float(fr.smoothing),
-        },
+        true_params=plant_params(plant),
     )
     truth = {"q": q, "qd": qd, "qdd": qdd}
     return (dataset, truth) if return_truth else dataset

@@ -32,8 +32,8 @@ def _rnea_batch(robot, q, qd, qdd):
     return np.asarray(jax.jit(jax.vmap(lambda a, b, c: bn.rnea(robot, a, b, c)))(q, qd, qdd))
 
 
-def _friction_np(qd, viscous, coulomb, peak, v_s, eps):
-    return viscous * qd + np.tanh(qd / eps) * (coulomb + peak * np.exp(-((qd / v_s) ** 2)))
+def _friction_np(qd, viscous, coulomb, amplitude, v_s, eps):
+    return viscous * qd + np.tanh(qd / eps) * (coulomb + amplitude * np.exp(-((qd / v_s) ** 2)))
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_hardware_dynamics_match_motor_and_stribeck_model(hardware):
         qd,
         p["viscous"],
         p["coulomb"],
-        p["stribeck_peak"],
+        p["stribeck_amplitude"],
         p["stribeck_velocity"],
         p["friction_smoothing"],
     )
@@ -229,7 +229,7 @@ def test_furuta_hardware_model_and_estimation_bounds():
         qd,
         p["viscous"],
         p["coulomb"],
-        p["stribeck_peak"],
+        p["stribeck_amplitude"],
         p["stribeck_velocity"],
         p["friction_smoothing"],
     )
