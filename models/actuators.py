@@ -192,7 +192,8 @@ class Stribeck(_Coefficients):
     """``tau = tau_d - sign(qd) (f_s + f_d exp(-(qd / v_s)^2)) - mu_v qd`` (DiffNEA section 3).
 
     Coefficients (n,) each, all ``exp`` of latent sites: ``coulomb`` (f_s), ``stribeck_amplitude``
-    (f_d), ``stribeck_velocity`` (v_s; the paper's ``nu_s = 1 / v_s^2``), ``viscous`` (mu_v).
+    (f_d), ``stribeck_velocity`` (v_s; the paper's ``nu_s = 1 / v_s^2``), ``viscous`` (mu_v); the
+    law is :func:`bayes_nea.joint_friction` with the exact ``sign``, as the simulator's.
     """
 
     robot: bn.Robot
@@ -211,11 +212,8 @@ class Stribeck(_Coefficients):
         return cls(robot, _coefficient_sites(robot, prior, cls.coefficients, whitened))
 
     def friction(self, sample, q, qd):
-        c = {k: v.astype(qd.dtype) for k, v in self.physical(sample).items()}
-        static = c["coulomb"] + c["stribeck_amplitude"] * jnp.exp(
-            -((qd / c["stribeck_velocity"]) ** 2)
-        )
-        return -jnp.sign(qd) * static - c["viscous"] * qd
+        c = self.physical(sample)
+        return -bn.joint_friction(bn.FrictionParams(*(c[k] for k in bn.FRICTION_FIELDS)), qd)
 
 
 class _Network(Actuator):
