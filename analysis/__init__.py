@@ -23,6 +23,7 @@ from analysis.rollouts import (
     num_draws,
     posterior_rollouts,
     rollout_error,
+    thin_draws,
     true_rollout,
 )
 
@@ -42,5 +43,6 @@ __all__ = [
     "posterior_rollouts",
     "rollout_energy",
     "rollout_error",
+    "thin_draws",
     "true_rollout",
 ]

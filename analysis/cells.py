@@ -24,7 +24,25 @@ import functools
 import hashlib
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+import bayes_nea as bn
+from analysis.diagnostics import accel_nmse, heldout_predictions
+from analysis.energy import classify_energy, divergence_flags, params_from_physical, rollout_energy
+from analysis.rollouts import (
+    band_coverage,
+    credible_band,
+    make_rollout_fn,
+    num_draws,
+    rollout_error,
+    thin_draws,
+    true_rollout,
+)
+from data import generate_dataset
+from inference import fit_nuts, fit_svi
+from models import build_model, model_data
 
 FIGURE1_START = {"cartpole": (0.0, 2.0), "furuta": (0.0, 2.0)}
 """Start state (q; qd = 0) of the uncontrolled Figure-1 rollouts: pendulum at 2 rad from hanging."""
@@ -48,72 +66,31 @@ def data_seed(cell: dict, base: int) -> int:
 def cell_data(system: str, kind: str, seed: int, duration: float):
     """``(dataset, train, test)``, generated once per worker process and kept (pure in its
     arguments; a worker runs many cells of the same dataset)."""
-    from data import generate_dataset
-
     dataset = generate_dataset(system, kind, seed=seed, duration=duration)
     train, _, test = dataset.split(seed=seed)
     return dataset, train, test
 
 
-def true_figure1_rollout(dataset, steps: int) -> np.ndarray:
-    """The true system's uncontrolled rollout from the Figure-1 start: positions (steps + 1, n)."""
-    import jax.numpy as jnp
-
-    import bayes_nea as bn
-    from analysis.rollouts import true_rollout
-
-    n = dataset.robot().n
-    q0 = jnp.asarray(FIGURE1_START.get(dataset.system, (0.0,) * n))
-    truth = true_rollout(true_qdd_fn(dataset), q0, jnp.zeros(n), steps=steps, dt=bn.DEFAULT_DT)
-    return np.asarray(truth.q)
+def true_figure1_rollout(dataset, steps: int, *, q0=None, qd0=None) -> bn.Trajectory:
+    """The true system's uncontrolled rollout: the dataset's own plant
+    (:meth:`data.Dataset.true_dynamics`, the function its generator integrated), ``steps`` RK4
+    steps at :data:`bayes_nea.DEFAULT_DT` from ``q0, qd0`` (n,) (default: the Figure-1 start
+    :data:`FIGURE1_START`, at rest); ``q``/``qd`` (steps + 1, n)."""
+    n = dataset.n
+    q0 = jnp.asarray(FIGURE1_START.get(dataset.system, (0.0,) * n) if q0 is None else q0)
+    qd0 = jnp.zeros(n) if qd0 is None else jnp.asarray(qd0)
+    return true_rollout(dataset.true_dynamics(), q0, qd0, steps=steps, dt=bn.DEFAULT_DT)
 
 
 @functools.lru_cache(maxsize=8)
 def _cached_true_figure1_rollout(system: str, kind: str, seed: int, duration: float, steps: int):
-    """:func:`true_figure1_rollout` of a :func:`cell_data` dataset, once per worker process."""
-    return true_figure1_rollout(cell_data(system, kind, seed, duration)[0], steps)
-
-
-def true_qdd_fn(dataset):
-    """Forward dynamics of the true system behind a synthetic dataset: rigid body with the true
-    inertial parameters and its true viscous (and smoothed Coulomb) friction and back-EMF on the
-    commanded effort. Raises ValueError for data without true parameters."""
-    import jax.numpy as jnp
-
-    import bayes_nea as bn
-
-    if dataset.true_params is None:
-        raise ValueError(f"dataset of {dataset.system!r} ({dataset.kind}) has no true parameters")
-    tp = dataset.true_params
-    robot = dataset.robot()
-    n = robot.n
-    theta = np.asarray(tp.get("theta", robot.nominal.theta), float)
-    rpy = np.asarray(tp.get("rpy", robot.nominal.rpy), float)
-    xyz = np.asarray(tp.get("xyz", robot.nominal.xyz), float)
-    params = bn.RobotParams(theta, rpy, xyz)
-    viscous = np.asarray(tp.get("viscous", np.zeros(n)), float).reshape(n)
-    coulomb = np.asarray(tp.get("coulomb", np.zeros(n)), float).reshape(n)
-    back_emf = np.asarray(tp.get("back_emf", np.zeros(n)), float).reshape(n)
-    damping = viscous + back_emf
-
-    def f(q, qd, tau_d):
-        dtype = q.dtype
-        tau = (
-            tau_d
-            - jnp.asarray(damping, dtype) * qd
-            - jnp.asarray(coulomb, dtype) * jnp.tanh(qd / jnp.asarray(1e-2, dtype))
-        )
-        return bn.aba(robot, q, qd, tau, params=params.astype(dtype))
-
-    return f
+    """Positions (steps + 1, n) of :func:`true_figure1_rollout` of a :func:`cell_data` dataset,
+    once per worker process."""
+    return np.asarray(true_figure1_rollout(cell_data(system, kind, seed, duration)[0], steps).q)
 
 
 def fit_cell(cell: dict, settings: dict) -> dict:
     """Fit ``cell["variant"]`` on ``cell["dataset"]`` data of ``cell["system"]`` and score it."""
-
-    from inference import fit_nuts, fit_svi
-    from models import build_model, model_data
-
     seed = cell_seed(cell, int(settings["seed"]))
     data_key = (
         cell["system"],
@@ -156,38 +133,19 @@ def fit_cell(cell: dict, settings: dict) -> dict:
 
 def rollout_steps(settings: dict) -> int:
     """RK4 steps of the Figure-1 rollout."""
-    from bayes_nea import DEFAULT_DT
-
-    return int(round(float(settings["rollout_seconds"]) / DEFAULT_DT))
+    return int(round(float(settings["rollout_seconds"]) / bn.DEFAULT_DT))
 
 
 def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_true=None) -> dict:
     """The cell's metrics for a fitted model (see the module docstring); ``q_true``: the true
     system's Figure-1 rollout (steps + 1, n) if already computed."""
-    import jax
-    import jax.numpy as jnp
-
-    import bayes_nea as bn
-    from analysis.energy import classify_energy, divergence_flags, rollout_energy
-    from analysis.rollouts import credible_band, make_rollout_fn
-
     robot = dataset.robot()
-    draws = fit.posterior_samples()
-    d_all = next(iter(draws.values())).shape[0]
-    d = min(int(settings["draws"]), d_all)
-    idx = np.linspace(0, d_all - 1, d).astype(int)
-    draws = jax.tree.map(lambda x: x[idx], draws)
+    draws = thin_draws(fit.posterior_samples(), int(settings["draws"]))
+    d = num_draws(draws)
 
     # held-out accelerations
-    q, qd, qdd, tau = (jnp.asarray(x) for x in test.arrays())
-    pred = jax.jit(jax.vmap(lambda s: jax.vmap(lambda a, b, c: bm.qdd_fn(s)(a, b, c))(q, qd, tau)))(
-        draws
-    )
-    pred = np.asarray(pred)
-    finite = np.all(np.isfinite(pred.reshape(d, -1)), axis=1)
-    mean = pred[finite].mean(axis=0) if finite.any() else np.full(qdd.shape, np.nan)
-    var = np.var(np.asarray(qdd), axis=0)
-    nmse = float(np.mean(np.mean((mean - np.asarray(qdd)) ** 2, axis=0) / np.maximum(var, 1e-12)))
+    pred = heldout_predictions(bm, draws, test)
+    nmse = float(np.mean(accel_nmse(pred, test.arrays()[2])))
 
     # uncontrolled Figure-1 rollout against the true system
     dt = bn.DEFAULT_DT
@@ -196,20 +154,15 @@ def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_t
     qd0 = jnp.zeros(robot.n)
     traj = make_rollout_fn(bm.qdd_fn, steps=steps, dt=dt)(draws, q0, qd0)
     if q_true is None:
-        q_true = true_figure1_rollout(dataset, steps)
+        q_true = np.asarray(true_figure1_rollout(dataset, steps).q)
     qs, qds = np.asarray(traj.q), np.asarray(traj.qd)
     band = credible_band(qs, prob=0.9)
-    with np.errstate(invalid="ignore"):
-        inside = (q_true >= band.lower) & (q_true <= band.upper)
-    coverage = float(np.mean(inside))
-    horizons = {}
-    for h in settings["horizons"]:
-        k = max(1, min(steps, int(round(float(h) / dt))))
-        err = qs[:, 1 : k + 1] - q_true[None, 1 : k + 1]
-        with np.errstate(over="ignore", invalid="ignore"):
-            rms = np.sqrt(np.mean(err**2, axis=(1, 2)))
-        rms = np.where(np.isfinite(rms), rms, np.inf)
-        horizons[f"{float(h):g}"] = float(np.median(rms))
+    coverage = band_coverage(band, q_true)
+    horizon_steps = {
+        f"{float(h):g}": max(1, min(steps, int(round(float(h) / dt)))) for h in settings["horizons"]
+    }
+    errors = rollout_error(qs, q_true, horizons_steps=set(horizon_steps.values()))
+    horizons = {h: float(np.median(errors[k])) for h, k in horizon_steps.items()}
 
     # energy: the model's own (white-box) and the true energy along the predicted states
     div = divergence_flags(robot, qs, qds)
@@ -220,11 +173,7 @@ def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_t
     if bm.family.white_box:
         physical = jax.vmap(bm.physical)(draws)
         dyn = bm.dynamics_robot
-        params = bn.RobotParams(
-            jnp.asarray(physical["theta"]),
-            jnp.asarray(physical.get("rpy", np.broadcast_to(dyn.nominal.rpy, (d, robot.n, 3)))),
-            jnp.asarray(physical.get("xyz", np.broadcast_to(dyn.nominal.xyz, (d, robot.n, 3)))),
-        )
+        params = params_from_physical(dyn, physical)
         own = classify_energy(rollout_energy(dyn, qs, qds, params=params), divergent=div)
 
     # physical plausibility
@@ -234,7 +183,7 @@ def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_t
         plausible = float(
             np.mean(np.all(np.asarray(bn.is_physically_consistent(jnp.asarray(theta))), axis=1))
         )
-        m_true = np.asarray(dataset.true_params.get("theta", robot.nominal.theta))[:, 0]
+        m_true = np.asarray(dataset.true_plant().params.theta)[:, 0]
         mass_err = float(np.median(np.abs(theta[:, :, 0] - m_true[None]) / m_true[None]))
 
     stride = max(1, int(round(1.0 / (BAND_RATE_HZ * dt))))

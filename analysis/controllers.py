@@ -230,6 +230,7 @@ def check_controller(
     duration: float,
     dt: float = DEFAULT_DT,
     batch_size: int | None = None,
+    delay_steps: int = 0,
 ) -> ControllerCheck:
     """Run ``controller`` in closed loop on every posterior draw and score it against ``task``.
 
@@ -241,6 +242,8 @@ def check_controller(
         q0, qd0: (n,) or (D, n) start state.
         robot: for joint limits. task: :func:`swing_up_task` or :func:`tracking_task`.
         duration: seconds to simulate (``steps = round(duration / dt)``).
+        delay_steps: actuation delay of the plant in steps (e.g. a simulated hardware-like
+            system's, :func:`bayes_nea.delay_steps`).
     Returns:
         :class:`ControllerCheck` (per-draw success, settling time, tracking error, ...).
     """
@@ -251,7 +254,12 @@ def check_controller(
     num_draws(draws)
     steps = int(round(duration / dt))
     run = make_rollout_fn(
-        qdd_fn_of_draw, steps=steps, dt=dt, controller=controller, batch_size=batch_size
+        qdd_fn_of_draw,
+        steps=steps,
+        dt=dt,
+        controller=controller,
+        batch_size=batch_size,
+        delay_steps=delay_steps,
     )
     traj = run(draws, q0, qd0)
     return evaluate_closed_loop(robot, traj, task, dt=dt)

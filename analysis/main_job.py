@@ -55,11 +55,11 @@ def run_main_job(
     Returns:
         {"report", "rollout", "energy", "posterior", "trace", "forest", "pair"} paths.
     """
-    from analysis.cells import FIGURE1_START, rollout_steps, score_fit, true_qdd_fn
+    from analysis.cells import FIGURE1_START, rollout_steps, score_fit, true_figure1_rollout
     from analysis.diagnostics import diagnostic_plots, heldout_ppc
     from analysis.energy import analyse_energy
     from analysis.plots import plot_energy, plot_rollout_band
-    from analysis.rollouts import credible_band, make_rollout_fn, true_rollout
+    from analysis.rollouts import credible_band, make_rollout_fn
     from data import generate_dataset
     from inference import fit_nuts, fit_svi, save_result
     from models import build_model, model_data, variant_names
@@ -121,7 +121,7 @@ def run_main_job(
 
     steps = rollout_steps(settings)
     q0, qd0 = jnp.asarray(FIGURE1_START["cartpole"]), jnp.zeros(robot.n)
-    truth = true_rollout(true_qdd_fn(dataset), q0, qd0, steps=steps)
+    truth = true_figure1_rollout(dataset, steps)
     metrics = score_fit(
         bm, fit, dataset, test, settings, fit_seconds=svi_s + nuts_s, q_true=np.asarray(truth.q)
     )

@@ -62,6 +62,16 @@ def num_draws(draws: Any) -> int:
     return sizes.pop()
 
 
+def thin_draws(draws: Any, max_draws: int) -> Any:
+    """At most ``max_draws`` draws of ``draws`` (pytree, leading axis D), evenly spaced over the
+    D draws (first and last kept), in order; all of them when ``D <= max_draws``."""
+    if int(max_draws) < 1:
+        raise ValueError(f"max_draws must be a positive integer, got {max_draws}")
+    d = num_draws(draws)
+    idx = np.linspace(0, d - 1, min(int(max_draws), d)).astype(int)
+    return jax.tree_util.tree_map(lambda x: x[idx], draws)
+
+
 def _check_state(q0, qd0, d: int) -> tuple[int, int]:
     q0s, qd0s = np.shape(q0), np.shape(qd0)
     if q0s != qd0s or len(q0s) not in (1, 2) or (len(q0s) == 2 and q0s[0] != d):
@@ -79,6 +89,7 @@ def make_rollout_fn(
     dt: float = DEFAULT_DT,
     controller: Controller | None = None,
     batch_size: int | None = None,
+    delay_steps: int = 0,
 ) -> Callable[..., Trajectory]:
     """A jitted ``rollout(draws, q0, qd0, tau) -> Trajectory`` reusable across calls (one compile).
 
@@ -91,6 +102,8 @@ def make_rollout_fn(
         steps: number of RK4 steps T (static). dt: step (s), 1/250 by default (DiffNEA).
         controller: optional pure ``(t, q, qd) -> tau_d`` (n,).
         batch_size: draws per vectorised batch (``lax.map``) to bound memory; None: all at once.
+        delay_steps: closed loop: the controller's commands reach the plant this many steps late
+            (an actuation delay, :func:`bayes_nea.delay_steps`).
     Returns:
         ``rollout(draws, q0, qd0, tau)``: ``q0, qd0`` (n,) or (D, n); the Trajectory has ``t``
         (T + 1,), ``q``/``qd`` (D, T + 1, n) and ``tau`` (D, T, n) (open loop: (T, n)).
@@ -104,7 +117,7 @@ def make_rollout_fn(
         if controller is None:
             traj = integrate(f, q0, qd0, tau, dt=dt)
             return traj.q, traj.qd, None
-        traj = integrate_closed_loop(f, controller, q0, qd0, steps, dt=dt)
+        traj = integrate_closed_loop(f, controller, q0, qd0, steps, dt=dt, delay_steps=delay_steps)
         return traj.q, traj.qd, traj.tau
 
     @jax.jit

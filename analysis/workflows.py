@@ -6,7 +6,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
+
+import bayes_nea as bn
+from analysis.cells import FIGURE1_START
+from analysis.controllers import check_controller, default_controller, swing_up_task
+from analysis.energy import analyse_energy
+from analysis.plots import plot_rollout_band
+from analysis.rollouts import credible_band, make_rollout_fn, num_draws, thin_draws
+from inference import load_result
 
 
 def rollout_result(
@@ -25,16 +34,6 @@ def rollout_result(
     Returns:
         {"figure": path, "energy": {class: fraction}, "label": str, "finite_fraction": float}.
     """
-    import jax
-    import jax.numpy as jnp
-
-    import bayes_nea as bn
-    from analysis.cells import FIGURE1_START
-    from analysis.energy import analyse_energy
-    from analysis.plots import plot_rollout_band
-    from analysis.rollouts import credible_band, make_rollout_fn
-    from inference import load_result
-
     result = load_result(result_path)
     bm = result.model()
     robot = bm.robot
@@ -45,10 +44,7 @@ def rollout_result(
         raise ValueError(f"q0 and qd0 need {n} values (joints {list(robot.joint_names)})")
     if seconds <= 0:
         raise ValueError(f"seconds must be positive, got {seconds}")
-    draws = result.posterior_samples()
-    d_all = jax.tree.leaves(draws)[0].shape[0]
-    idx = np.linspace(0, d_all - 1, min(max_draws, d_all)).astype(int)
-    draws = jax.tree.map(lambda x: x[idx], draws)
+    draws = thin_draws(result.posterior_samples(), max_draws)
     steps = int(round(seconds / bn.DEFAULT_DT))
     traj = make_rollout_fn(bm.qdd_fn, steps=steps)(draws, q0, qd0)
     band = credible_band(traj.q, prob=prob)
@@ -89,22 +85,14 @@ def check_controller_result(
         respect_limits: count a draw whose cart leaves its rail as a failure. Off by default: the
             provided cart-pole swing-up uses more than the 0.814 m rail even on the true system.
         dataset: optional synthetic ``data.Dataset`` of the same system: the controller is also run
-            on its true system (true parameters, friction, back-EMF), reported as
-            ``"true_system"``.
+            on its true system (the plant that generated it: true parameters, friction, motor and
+            actuation delay), reported as ``"true_system"``.
 
     Returns:
         The check's summary (success rate, settling-time and tracking-error quantiles), plus
         ``"figure"`` when ``out`` is given (closed-loop bands) and ``"true_system"`` when
         ``dataset`` is given.
     """
-    import jax
-    import jax.numpy as jnp
-
-    from analysis.controllers import check_controller, default_controller, swing_up_task
-    from analysis.plots import plot_rollout_band
-    from analysis.rollouts import credible_band
-    from inference import load_result
-
     result = load_result(result_path)
     bm = result.model()
     robot = bm.robot
@@ -113,10 +101,7 @@ def check_controller_result(
             f"robot {robot.name!r} is fully actuated: use analysis.controllers.check_controller with "
             "a computed-torque controller and a reference (examples/posterior_rollouts_controller_check.py)"
         )
-    draws = result.posterior_samples()
-    d_all = jax.tree.leaves(draws)[0].shape[0]
-    idx = np.linspace(0, d_all - 1, min(max_draws, d_all)).astype(int)
-    draws = jax.tree.map(lambda x: x[idx], draws)
+    draws = thin_draws(result.posterior_samples(), max_draws)
     n = robot.n
     q0 = jnp.asarray(np.r_[np.zeros(n - 1), 0.1] if q0 is None else q0, float)
     if q0.shape != (n,):
@@ -134,22 +119,22 @@ def check_controller_result(
     )
     summary = check.summary()
     if dataset is not None:
-        from analysis.cells import true_qdd_fn
-
         if dataset.system != result.system:
             raise ValueError(
                 f"dataset is of {dataset.system!r} but the fit is of {result.system!r}"
             )
-        true_fn = true_qdd_fn(dataset)
+        plant = dataset.true_plant()
+        true_dynamics = bn.plant_dynamics(robot, plant)
         truth = check_controller(
-            lambda _draw: true_fn,
-            {"dummy": jnp.zeros((1,))},
+            lambda _draw: true_dynamics,
+            {"truth": jnp.zeros((1,))},
             default_controller(robot),
             q0,
             jnp.zeros(n),
             robot=robot,
             task=task,
             duration=seconds,
+            delay_steps=bn.delay_steps(plant, bn.DEFAULT_DT),
         )
         summary["true_system"] = truth.summary()
     if out is not None:
@@ -160,7 +145,7 @@ def check_controller_result(
                 check.trajectory.t,
                 band,
                 robot=robot,
-                title=f"swing-up + LQR on {len(idx)} posterior draws: success {check.success_rate:.0%}",
+                title=f"swing-up + LQR on {num_draws(draws)} posterior draws: success {check.success_rate:.0%}",
             )
         )
     return summary

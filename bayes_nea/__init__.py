@@ -52,7 +52,7 @@ from bayes_nea.integrate import (  # noqa: E402
     run_closed_loop,
 )
 from bayes_nea.kinematics import joint_placement, z_axis_form, z_axis_params, z_joint_transform  # noqa: E402
-from bayes_nea.plant import Plant, motor_torque, plant_dynamics  # noqa: E402
+from bayes_nea.plant import Plant, delay_steps, motor_torque, plant_dynamics  # noqa: E402
 from bayes_nea.positive import PositiveMap, get_positive_map  # noqa: E402
 from bayes_nea.regressor import body_regressor, joint_torque_regressor  # noqa: E402
 from bayes_nea.robot import Robot, RobotParams, make_robot  # noqa: E402
@@ -78,6 +78,7 @@ __all__ = [
     "get_motor",
     "get_system",
     "integrate",
+    "delay_steps",
     "integrate_closed_loop",
     "joint_friction",
     "motor_torque",

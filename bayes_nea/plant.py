@@ -1,8 +1,11 @@
-"""A physical plant: rigid bodies driven through a DC motor (optional) against joint friction.
+"""A physical plant: rigid bodies driven through a DC motor (optional) against joint friction,
+with an optional actuation delay.
 
 ``qdd = aba(q, qd, motor(tau_d, qd) - joint_friction(qd); params)``: the forward dynamics of a
-simulated (true) system as a function of the commanded effort ``tau_d``. The dataset generators
-integrate it and the analysis rolls the same function out (``data.Dataset.true_dynamics``).
+simulated (true) system as a function of the torque command ``tau_d`` that reaches it. The dataset
+generators integrate it and the analysis rolls the same function out
+(``data.Dataset.true_dynamics``); the delay acts in closed loop
+(:func:`bayes_nea.run_closed_loop` with ``delay_steps=``:func:`delay_steps`).
 """
 
 from __future__ import annotations
@@ -27,11 +30,25 @@ class Plant(NamedTuple):
         friction: :class:`bayes_nea.FrictionParams` of every joint (unactuated ones included).
         motor: :class:`bayes_nea.DCMotor` between the command and the joint, or None (the
             command is the joint torque).
+        delay_s: actuation delay (s): a command reaches the plant this much later.
     """
 
     params: RobotParams
     friction: FrictionParams
     motor: DCMotor | None = None
+    delay_s: float = 0.0
+
+
+def delay_steps(plant: Plant, dt: float) -> int:
+    """The plant's actuation delay in whole steps of ``dt`` (s) (a concrete, static int).
+
+    Raises:
+        ValueError: a negative delay.
+    """
+    steps = int(round(float(plant.delay_s) / dt))
+    if steps < 0:
+        raise ValueError(f"the actuation delay must be >= 0, got {plant.delay_s} s")
+    return steps
 
 
 def motor_torque(m: DCMotor, tau_d: jax.Array, qd: jax.Array) -> jax.Array:

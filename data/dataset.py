@@ -18,7 +18,7 @@ from bayes_nea.integrate import QddFn
 
 SIGNALS = ("q", "qd", "qdd", "tau")
 KINDS = ("uniform", "trajectories", "hardware", "excitation", "imported")
-PLANT_KEYS = ("theta", "rpy", "xyz", *bn.FRICTION_FIELDS, "friction_smoothing")
+PLANT_KEYS = ("theta", "rpy", "xyz", *bn.FRICTION_FIELDS, "friction_smoothing", "delay_s")
 """``true_params`` entries of every simulated plant (:func:`plant_params`)."""
 MOTOR_KEYS = ("motor_gain", "back_emf", "voltage_limit")
 """``true_params`` entries of a plant with a DC motor."""
@@ -86,7 +86,7 @@ def plant_params(plant: bn.Plant) -> dict:
     :data:`MOTOR_KEYS` when it has a motor. :func:`plant_from_params` reads them back."""
     if plant.friction.smoothing is None:
         raise ValueError("a simulated plant needs a friction smoothing velocity (got None)")
-    values = [*plant.params, *plant.friction]
+    values = [*plant.params, *plant.friction, plant.delay_s]
     out = {k: np.asarray(v, dtype=np.float64) for k, v in zip(PLANT_KEYS, values, strict=True)}
     if plant.motor is not None:
         out.update(
@@ -121,6 +121,7 @@ def plant_from_params(true_params: dict) -> bn.Plant:
         bn.RobotParams(f64["theta"], f64["rpy"], f64["xyz"]),
         bn.FrictionParams(*(f64[k] for k in (*bn.FRICTION_FIELDS, "friction_smoothing"))),
         motor,
+        float(f64["delay_s"]),
     )
 
 
@@ -388,7 +389,8 @@ class Dataset:
     def true_dynamics(self, robot: bn.Robot | None = None) -> QddFn:
         """The true system's forward dynamics ``(q, qd, tau_d) -> qdd``: the function the
         generator integrated (:func:`bayes_nea.plant_dynamics` of :meth:`true_plant`). The
-        actuation delay of hardware-like data (``true_params["delay_s"]``) is not part of it.
+        actuation delay of hardware-like data (``true_plant().delay_s``) acts in closed loop
+        (:func:`bayes_nea.delay_steps`).
 
         Args:
             robot: the data's robot; default :meth:`robot` (built-in systems).

@@ -321,7 +321,7 @@ def _closed_loop(
     mot = bn.get_motor(system) if hardware else None
     if mot is not None:
         mot = bn.DCMotor(np.asarray(mot.gain), np.asarray(mot.back_emf), mot.voltage_limit)
-    plant = bn.Plant(_nominal_params(robot), fr, mot)
+    plant = bn.Plant(_nominal_params(robot), fr, mot, delay_steps / rate)
     # The controller cancels the joint's known viscous damping (and the motor's back-EMF), as
     # Quanser's swing-up does through its motor model; without it the cart-pole's 12 N s/m
     # never lets the swing-up reach the upright.
@@ -374,7 +374,6 @@ def _closed_loop(
         true_extra = {
             "stribeck_nu": 1.0 / fr.stribeck_velocity**2,
             "effective_viscous": fr.viscous + mot.back_emf,
-            "delay_s": delay_steps / rate,
         }
         note = (
             "SYNTHETIC hardware-like data: simulated, not recorded on a Quanser device (the "

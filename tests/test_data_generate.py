@@ -7,6 +7,7 @@ import pytest
 
 import bayes_nea as bn
 import data
+from analysis.cells import true_figure1_rollout
 from data.excitation import fourier_excitation
 
 ARM_URDF = """
@@ -111,6 +112,47 @@ def test_hardware_dynamics_match_motor_and_stribeck_model(hardware):
     )
     expected = gain * volts - p["back_emf"] * qd - fr
     np.testing.assert_allclose(_rnea_batch(robot, q, qd, qdd), expected, atol=1e-9)
+
+
+def test_grid_rolls_out_the_simulators_plant(hardware):
+    """The benchmark grid's true rollout (``analysis.cells``: ``Dataset.true_dynamics``) is the
+    function the simulator integrated, Stribeck friction, motor and delay included: from the
+    simulator's own true state at the start of a zero-effort phase of the protocol, the grid's
+    uncontrolled rollout reproduces the simulator's true trajectory to 1e-12."""
+    ds, truth = hardware
+    plant = ds.true_plant()
+    assert float(plant.friction.stribeck_amplitude[0]) > 0 and plant.motor is not None
+    delay = bn.delay_steps(plant, 1.0 / ds.rate_hz)
+    assert delay == 1
+    steps, compared = 250, 0  # 1 s windows (one compiled rollout)
+    for e, ep in enumerate(ds.episodes):
+        idle = np.all(ep.tau == 0.0, axis=1)  # commanded effort exactly zero: the release phase
+        runs = np.flatnonzero(np.diff(np.r_[0, idle.astype(int), 0]))
+        starts, ends = runs[::2], runs[1::2]
+        k = int(np.argmax(ends - starts))
+        first = starts[k] + delay  # the plant receives zero effort from this sample on
+        if ends[k] - first < steps + 1:  # no long release phase in this episode
+            continue
+        window = slice(first, first + steps + 1)
+        roll = true_figure1_rollout(ds, steps, q0=truth["q"][e, first], qd0=truth["qd"][e, first])
+        np.testing.assert_allclose(roll.q, truth["q"][e, window], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(roll.qd, truth["qd"][e, window], rtol=0, atol=1e-12)
+        compared += 1
+    assert compared >= 2  # at least two 1 s windows of free motion
+
+
+def test_true_plant_round_trips_through_true_params(hardware, tmp_path):
+    ds, _ = hardware
+    path = tmp_path / "hw.npz"
+    data.save_dataset(ds, path)
+    back = data.load_dataset(path).true_plant()
+    for a, b in zip(jax.tree.leaves(ds.true_plant()), jax.tree.leaves(back), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="no true parameters"):
+        ds.replace(true_params=None).true_plant()
+    with pytest.raises(ValueError, match=r"lack the plant entries \['stribeck_amplitude'\]"):
+        params = {k: v for k, v in ds.true_params.items() if k != "stribeck_amplitude"}
+        ds.replace(true_params=params).true_plant()
 
 
 def test_hardware_estimates_are_bounded_and_positions_quantised(hardware):
