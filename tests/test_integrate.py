@@ -80,3 +80,99 @@ def test_rollouts_vmap_over_parameters(cartpole):
 def test_torque_shape_error(cartpole):
     with pytest.raises(ValueError, match=r"tau has shape \(10, 3\), expected \(T, 2\)"):
         bn.integrate(bn.forward_dynamics(cartpole), jnp.zeros(2), jnp.zeros(2), jnp.zeros((10, 3)))
+
+
+def _oscillator(k=4.0, c=0.3):
+    """Damped oscillator qdd = -k q - c qd + tau (one joint), and its state matrix A."""
+    A = np.array([[0.0, 1.0], [-k, -c]])
+    return (lambda q, qd, tau: -k * q - c * qd + tau), A
+
+
+@pytest.mark.parametrize("known_slope", [False, True])
+@pytest.mark.parametrize("scan_stages", [False, True])
+def test_rk4_step_is_the_fourth_order_taylor_map_of_a_linear_ode(known_slope, scan_stages):
+    """On x' = A x, classical RK4 is exactly x1 = (I + hA + (hA)^2/2 + (hA)^3/6 + (hA)^4/24) x0
+    (closed form), whichever way the first slope and stages 2-4 are computed."""
+    f, A = _oscillator()
+    h, q, qd, tau = 0.05, jnp.array([0.7]), jnp.array([-0.2]), jnp.zeros(1)
+    qdd = f(q, qd, tau) if known_slope else None
+    q1, qd1 = jax.jit(lambda a, b: bn.rk4_step(f, a, b, tau, h, qdd, scan_stages=scan_stages))(
+        q, qd
+    )
+    hA = h * A
+    taylor = sum(np.linalg.matrix_power(hA, k) / np.prod(np.arange(1, k + 1)) for k in range(5))
+    expected = taylor @ np.array([0.7, -0.2])
+    np.testing.assert_allclose([float(q1[0]), float(qd1[0])], expected, rtol=1e-14, atol=1e-15)
+
+
+def test_rk4_known_slope_saves_one_call_and_scan_stages_keep_the_arithmetic(cartpole):
+    f = bn.forward_dynamics(cartpole)
+    q, qd, tau = jnp.array([0.1, 2.0]), jnp.array([0.3, -1.0]), jnp.array([2.0, 0.0])
+    calls = []
+
+    def counted(a, b, u):
+        calls.append(1)
+        return f(a, b, u)
+
+    plain = bn.rk4_step(counted, q, qd, tau, 0.004)
+    assert len(calls) == 4
+    calls.clear()
+    known = bn.rk4_step(counted, q, qd, tau, 0.004, f(q, qd, tau))
+    assert len(calls) == 3
+    scanned = bn.rk4_step(f, q, qd, tau, 0.004, scan_stages=True)
+    for a, b, c in zip(plain, known, scanned, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        np.testing.assert_allclose(np.asarray(c), np.asarray(a), rtol=1e-15, atol=0)
+
+
+def test_closed_loop_delay_and_action_noise():
+    """A free mass m under gravity, commanded F = c from t = 0 but applied ``d`` steps late plus
+    a known disturbance: q(t) is the closed-form piecewise quadratic (RK4 exact on it)."""
+    text = """<robot name="drop"><link name="base"/><link name="box"><inertial><mass value="2"/>
+      <inertia ixx="0.1" ixy="0" ixz="0" iyy="0.1" iyz="0" izz="0.1"/></inertial></link>
+      <joint name="z" type="prismatic"><parent link="base"/><child link="box"/><axis xyz="0 0 1"/>
+      <limit lower="-100" upper="100" effort="100" velocity="100"/></joint></robot>"""
+    robot = bn.load_urdf(text)
+    m, g, c, d, dt, steps = 2.0, 9.81, 30.0, 3, 0.01, 20
+    w = np.zeros((steps, 1))
+    w[10] = 4.0  # one disturbed step
+    run = bn.run_closed_loop(
+        bn.forward_dynamics(robot),
+        lambda t, q, qd: jnp.array([c]),
+        jnp.zeros(1),
+        jnp.zeros(1),
+        steps,
+        dt=dt,
+        delay_steps=d,
+        action_noise=jnp.asarray(w),
+    )
+    applied = np.where(np.arange(steps)[:, None] < d, 0.0, c) + w
+    np.testing.assert_array_equal(np.asarray(run.applied), applied)
+    np.testing.assert_array_equal(np.asarray(run.trajectory.tau), np.full((steps, 1), c))
+    acc = applied[:, 0] / m - g
+    np.testing.assert_allclose(np.asarray(run.qdd)[:, 0], acc, rtol=1e-14)
+    qd = np.r_[0.0, np.cumsum(acc * dt)]
+    q = np.r_[0.0, np.cumsum(qd[:-1] * dt + 0.5 * acc * dt**2)]
+    np.testing.assert_allclose(np.asarray(run.trajectory.q)[:, 0], q, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(run.trajectory.qd)[:, 0], qd, atol=1e-13)
+    # integrate_closed_loop is the same stepper
+    traj = bn.integrate_closed_loop(
+        bn.forward_dynamics(robot),
+        lambda t, q, qd: jnp.array([c]),
+        jnp.zeros(1),
+        jnp.zeros(1),
+        steps,
+        dt=dt,
+        delay_steps=d,
+    )
+    before = slice(0, 11)  # up to the disturbed step both are the same rollout
+    np.testing.assert_array_equal(np.asarray(traj.q[before]), np.asarray(run.trajectory.q[before]))
+    with pytest.raises(ValueError, match="action_noise has shape"):
+        bn.run_closed_loop(
+            bn.forward_dynamics(robot),
+            lambda t, q, qd: jnp.array([c]),
+            jnp.zeros(1),
+            jnp.zeros(1),
+            steps,
+            action_noise=jnp.zeros((3, 1)),
+        )
