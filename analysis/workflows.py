@@ -107,16 +107,22 @@ def check_controller_result(
     if q0.shape != (n,):
         raise ValueError(f"q0 needs {n} values (joints {list(robot.joint_names)})")
     task = swing_up_task(robot)._replace(respect_limits=bool(respect_limits))
-    check = check_controller(
-        bm.qdd_fn,
-        draws,
-        default_controller(robot),
-        q0,
-        jnp.zeros(n),
-        robot=robot,
-        task=task,
-        duration=seconds,
-    )
+    controller = default_controller(robot)
+
+    def run(qdd_fn_of_draw, draws, delay_steps=0):
+        return check_controller(
+            qdd_fn_of_draw,
+            draws,
+            controller,
+            q0,
+            jnp.zeros(n),
+            robot=robot,
+            task=task,
+            duration=seconds,
+            delay_steps=delay_steps,
+        )
+
+    check = run(bm.qdd_fn, draws)
     summary = check.summary()
     if dataset is not None:
         if dataset.system != result.system:
@@ -125,15 +131,9 @@ def check_controller_result(
             )
         plant = dataset.true_plant()
         true_dynamics = bn.plant_dynamics(robot, plant)
-        truth = check_controller(
+        truth = run(
             lambda _draw: true_dynamics,
             {"truth": jnp.zeros((1,))},
-            default_controller(robot),
-            q0,
-            jnp.zeros(n),
-            robot=robot,
-            task=task,
-            duration=seconds,
             delay_steps=bn.delay_steps(plant, bn.DEFAULT_DT),
         )
         summary["true_system"] = truth.summary()

@@ -145,8 +145,8 @@ class ClosedLoopRun(NamedTuple):
 def run_closed_loop(
     qdd_fn: QddFn,
     controller: Controller,
-    q0,
-    qd0,
+    q0: jax.Array,
+    qd0: jax.Array,
     steps: int,
     *,
     dt: float = DEFAULT_DT,

@@ -7,6 +7,12 @@ import pytest
 
 import bayes_nea as bn
 
+DROP_URDF = """<robot name="drop"><link name="base"/><link name="box"><inertial><mass value="2"/>
+  <inertia ixx="0.1" ixy="0" ixz="0" iyy="0.1" iyz="0" izz="0.1"/></inertial></link>
+  <joint name="z" type="prismatic"><parent link="base"/><child link="box"/><axis xyz="0 0 1"/>
+  <limit lower="-100" upper="100" effort="100" velocity="100"/></joint></robot>"""
+"""A 2 kg box on a vertical prismatic joint: free fall under gravity (closed forms)."""
+
 
 @pytest.fixture(scope="module")
 def cartpole():
@@ -16,11 +22,7 @@ def cartpole():
 def test_free_fall_is_exact():
     """A prismatic body falling along gravity: q(t) = q0 + v0 t - g t^2 / 2, which RK4 integrates
     exactly (closed form)."""
-    text = """<robot name="drop"><link name="base"/><link name="box"><inertial><mass value="2"/>
-      <inertia ixx="0.1" ixy="0" ixz="0" iyy="0.1" iyz="0" izz="0.1"/></inertial></link>
-      <joint name="z" type="prismatic"><parent link="base"/><child link="box"/><axis xyz="0 0 1"/>
-      <limit lower="-100" upper="100" effort="10" velocity="100"/></joint></robot>"""
-    robot = bn.load_urdf(text)
+    robot = bn.load_urdf(DROP_URDF)
     traj = bn.integrate(
         bn.forward_dynamics(robot), jnp.array([1.0]), jnp.array([0.5]), jnp.zeros((250, 1))
     )
@@ -128,24 +130,17 @@ def test_rk4_known_slope_saves_one_call_and_scan_stages_keep_the_arithmetic(cart
 def test_closed_loop_delay_and_action_noise():
     """A free mass m under gravity, commanded F = c from t = 0 but applied ``d`` steps late plus
     a known disturbance: q(t) is the closed-form piecewise quadratic (RK4 exact on it)."""
-    text = """<robot name="drop"><link name="base"/><link name="box"><inertial><mass value="2"/>
-      <inertia ixx="0.1" ixy="0" ixz="0" iyy="0.1" iyz="0" izz="0.1"/></inertial></link>
-      <joint name="z" type="prismatic"><parent link="base"/><child link="box"/><axis xyz="0 0 1"/>
-      <limit lower="-100" upper="100" effort="100" velocity="100"/></joint></robot>"""
-    robot = bn.load_urdf(text)
+    robot = bn.load_urdf(DROP_URDF)
     m, g, c, d, dt, steps = 2.0, 9.81, 30.0, 3, 0.01, 20
     w = np.zeros((steps, 1))
     w[10] = 4.0  # one disturbed step
-    run = bn.run_closed_loop(
-        bn.forward_dynamics(robot),
-        lambda t, q, qd: jnp.array([c]),
-        jnp.zeros(1),
-        jnp.zeros(1),
-        steps,
-        dt=dt,
-        delay_steps=d,
-        action_noise=jnp.asarray(w),
-    )
+
+    def closed_loop(stepper, **options):
+        force = lambda t, q, qd: jnp.array([c])  # noqa: E731
+        f = bn.forward_dynamics(robot)
+        return stepper(f, force, jnp.zeros(1), jnp.zeros(1), steps, dt=dt, **options)
+
+    run = closed_loop(bn.run_closed_loop, delay_steps=d, action_noise=jnp.asarray(w))
     applied = np.where(np.arange(steps)[:, None] < d, 0.0, c) + w
     np.testing.assert_array_equal(np.asarray(run.applied), applied)
     np.testing.assert_array_equal(np.asarray(run.trajectory.tau), np.full((steps, 1), c))
@@ -156,23 +151,8 @@ def test_closed_loop_delay_and_action_noise():
     np.testing.assert_allclose(np.asarray(run.trajectory.q)[:, 0], q, atol=1e-13)
     np.testing.assert_allclose(np.asarray(run.trajectory.qd)[:, 0], qd, atol=1e-13)
     # integrate_closed_loop is the same stepper
-    traj = bn.integrate_closed_loop(
-        bn.forward_dynamics(robot),
-        lambda t, q, qd: jnp.array([c]),
-        jnp.zeros(1),
-        jnp.zeros(1),
-        steps,
-        dt=dt,
-        delay_steps=d,
-    )
+    traj = closed_loop(bn.integrate_closed_loop, delay_steps=d)
     before = slice(0, 11)  # up to the disturbed step both are the same rollout
     np.testing.assert_array_equal(np.asarray(traj.q[before]), np.asarray(run.trajectory.q[before]))
     with pytest.raises(ValueError, match="action_noise has shape"):
-        bn.run_closed_loop(
-            bn.forward_dynamics(robot),
-            lambda t, q, qd: jnp.array([c]),
-            jnp.zeros(1),
-            jnp.zeros(1),
-            steps,
-            action_noise=jnp.zeros((3, 1)),
-        )
+        closed_loop(bn.run_closed_loop, action_noise=jnp.zeros((3, 1)))
