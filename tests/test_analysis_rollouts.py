@@ -15,8 +15,10 @@ from analysis import (
     make_rollout_fn,
     posterior_rollouts,
     rollout_error,
+    thin_draws,
     true_rollout,
 )
+from analysis.diagnostics import accel_nmse, heldout_predictions
 
 STEPS = 250
 DT = 1.0 / 250.0
@@ -183,6 +185,45 @@ def test_rollout_error_horizons():
     err = rollout_error(q, q_true, horizons_steps=(2, 10))
     np.testing.assert_allclose(err[2], [0.0, 1.0, 0.0])
     assert err[10][2] == np.inf and err[10][1] == 1.0
+
+
+def test_thin_draws_is_evenly_spaced():
+    draws = {"a": np.arange(10.0), "b": np.arange(20.0).reshape(10, 2)}
+    thin = thin_draws(draws, 4)
+    np.testing.assert_array_equal(thin["a"], [0.0, 3.0, 6.0, 9.0])  # linspace(0, 9, 4), first/last
+    np.testing.assert_array_equal(thin["b"], draws["b"][[0, 3, 6, 9]])
+    assert thin_draws(draws, 50)["a"].shape == (10,)  # all of them when fewer than asked
+    with pytest.raises(ValueError, match="max_draws"):
+        thin_draws(draws, 0)
+    with pytest.raises(ValueError, match="leading draw axis"):
+        thin_draws({"a": np.zeros(3), "b": np.zeros(4)}, 2)
+
+
+def test_heldout_predictions_and_nmse(cartpole, draws):
+    """Each draw's prediction is its own ABA (Pinocchio-checked elsewhere); the NMSE of a
+    prediction off by a constant ``c`` per joint is ``c^2 / var(qdd)`` (closed form)."""
+
+    class Model:
+        qdd_fn = staticmethod(draw_qdd_fn(cartpole))
+
+    class Data:
+        def arrays(self):
+            rng = np.random.default_rng(1)
+            q, qd, tau = rng.normal(size=(3, 40, 2))
+            return q, qd, np.zeros_like(q), tau
+
+    pred = heldout_predictions(Model(), draws, Data())
+    q, qd, _, tau = Data().arrays()
+    d = 5
+    expected = draw_qdd_fn(cartpole)(jax.tree.map(lambda x: x[d], draws))(q[7], qd[7], tau[7])
+    assert pred.shape == (16, 40, 2)
+    np.testing.assert_allclose(pred[d, 7], np.asarray(expected), rtol=1e-12)
+    qdd = np.random.default_rng(2).normal(size=(40, 2)) * [1.0, 3.0]
+    shifted = np.broadcast_to(qdd + [0.5, -1.5], (4, 40, 2)).copy()
+    np.testing.assert_allclose(accel_nmse(shifted, qdd), [0.25, 2.25] / np.var(qdd, axis=0))
+    shifted[1, 3, 0] = np.inf  # a non-finite draw is left out of the mean
+    np.testing.assert_allclose(accel_nmse(shifted, qdd), [0.25, 2.25] / np.var(qdd, axis=0))
+    assert np.all(np.isnan(accel_nmse(np.full((2, 40, 2), np.nan), qdd)))
 
 
 def test_bad_inputs(cartpole, draws, rollout):
