@@ -5,7 +5,8 @@ controller is to work on the real system.
 
 With ``--truth-seed K`` the simulated dataset of seed K (the one the fit was made from, e.g. by
 ``examples/fit_from_script.py --seed K``) is regenerated and the controller is also run on its true
-system (true parameters, friction and back-EMF), beside the posterior's success rate.
+system (the plant that generated the data: true parameters, friction, motor, delay), beside the
+posterior's success rate.
 """
 
 from __future__ import annotations
