@@ -25,10 +25,9 @@ from inference._common import (
     check_same_fit,
     point_values,
     raw_key,
-    with_library_promotion,
 )
 from inference._state import state_from_dataset, state_to_dataset
-from inference._validate import check_positive_int, prepare_data
+from inference._validate import check_positive_int, fit_inputs
 from inference.laplace import laplace_inverse_mass
 from inference.result import FitResult, build_idata, trace_sites
 
@@ -119,7 +118,6 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
     return jnp.asarray(inverse_mass), "given"
 
 
-@with_library_promotion
 def fit_nuts(
     bayes_model,
     data,
@@ -186,7 +184,7 @@ def fit_nuts(
         ValueError: bad data for the robot, bad option values, an ``extend`` result that does not
             match (variant, data, number of chains).
     """
-    data, summary = prepare_data(bayes_model, data)
+    observations, data, summary = fit_inputs(bayes_model, data)
     num_warmup = check_positive_int("num_warmup", num_warmup, allow_zero=True)
     num_samples = check_positive_int("num_samples", num_samples)
     num_chains = check_positive_int("num_chains", num_chains)
@@ -224,7 +222,7 @@ def fit_nuts(
     init_strategy = init_to_mean()
     previous = None
     if extend is not None:
-        check_same_fit(extend, bayes_model, data, method="nuts", what="extend")
+        check_same_fit(extend, bayes_model, observations, method="nuts", what="extend")
         old = extend.attrs["settings"]
         if old["num_chains"] != num_chains:
             raise ValueError(
@@ -283,12 +281,12 @@ def fit_nuts(
         }
         settings["num_samples"] = int(next(iter(samples.values())).shape[1])
         wall_s += float(previous.attrs["timing"]["wall_s"])
-    attrs = base_attrs(bayes_model, data, method="nuts", seed=seed, summary=summary)
+    attrs = base_attrs(bayes_model, observations, method="nuts", seed=seed, summary=summary)
     attrs.update(settings=settings, timing={"wall_s": wall_s})
     extra = {"nuts_state": state_to_dataset(last_state, kind="nuts")}
     tree = build_idata(
         bayes_model,
-        data,
+        observations,
         samples,
         key=k_pred,
         sample_stats=stats,

@@ -8,6 +8,8 @@ import pytest
 
 from cli.main import main
 
+pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
+
 
 @pytest.fixture(scope="module")
 def saved_fit(tmp_path_factory):
