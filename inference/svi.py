@@ -443,6 +443,8 @@ def fit_svi(
                     np.asarray(v),
                 )
                 for k, v in params.items()
+                # random_eqx_module also registers the network's structure as a parameter
+                if isinstance(v, jax.Array | np.ndarray)
             }
         ),
     }

@@ -411,6 +411,11 @@ class Rollout(Likelihood):
 
     def observations(self, data, *, robot, what="data"):
         if is_dataset(data):
+            if getattr(data, "kind", None) == "uniform":
+                raise ValueError(
+                    f"{what}: a 'uniform' dataset holds independent random states, not "
+                    "trajectories; the rollout likelihood needs trajectory data"
+                )
             if tuple(data.joint_names) != tuple(robot.joint_names):
                 model_data(data, robot=robot)  # raises naming the joints
             if not np.isclose(1.0 / float(data.rate_hz), self.dt, rtol=1e-6):
