@@ -157,17 +157,13 @@ def fit_nuts(
             given, else ``"adapt"``. ``"adapt"``: adapted during warm-up (Stan's windows).
             ``"laplace"``: fixed, the inverse Hessian of the negative log joint at ``init``'s
             posterior mean (:func:`inference.laplace.laplace_inverse_mass`); needs ``init``
-            (an SVI MAP is the intended start). On the white-box DiffNEA models an adapted metric
-            took 250-570 leapfrog steps per draw and the Laplace metric ~15 (models/variants.py
-            docstring); falls back to an adapted dense metric, with a warning, when the Hessian is
-            not finite. An array: that fixed inverse mass matrix, (d,) diagonal or (d, d) dense,
+            (an SVI MAP is the intended start; docs/measurements.md has what it measured); falls
+            back to an adapted dense metric, with a warning, when the Hessian is not finite. An array: that fixed inverse mass matrix, (d,) diagonal or (d, d) dense,
             over the latent sites flattened in NumPyro's order (sorted site names). With a fixed
             metric only the step size is adapted. The Laplace metric costs d Hessian-vector
             products (d latent values) before sampling. Where the posterior ridge is curved no
-            fixed metric fits it: weak priors (measured ~490 steps per draw and divergences) and
-            long datasets (5,000 samples: ~100 steps per draw, R-hat 1.57 after 100 + 100,
-            benchmarks/inference.py); try ``metric="adapt", dense_mass=True`` with a long
-            warm-up there.
+            fixed metric fits it (weak priors, long datasets); try ``metric="adapt",
+            dense_mass=True`` with a long warm-up there.
         target_accept: target acceptance probability of the step-size adaptation, in (0, 1).
         max_tree_depth: maximum tree depth (at most ``2^depth - 1`` leapfrog steps per draw).
         chain_method: ``"parallel"`` or ``"sequential"``; default parallel when there are enough
