@@ -31,6 +31,7 @@ GEOMETRY_NAMES = ("whitened", "centered")
 KINEMATICS_NAMES = ("known", "unknown")
 SPEC_FORMAT = "bayes-nea-model-spec/1"
 DEFAULT_HORIZON = 10
+SCALE_KEYS = ("tau", "qdd", "qd")
 
 
 _PLURAL = {"family": "families", "actuator": "actuators", "prior": "priors"}
@@ -61,6 +62,9 @@ class ModelSpec:
         nn_width, nn_depth: hidden width and number of hidden layers of the networks.
         dt: RK4 step (s) of the rollout likelihood (the data's sampling period).
         horizon: RK4 steps per window of the rollout likelihood.
+        scales: network and noise normalisers ``{"tau": (n,), "qdd": (n,), "qd": (n,)}`` (e.g.
+            derived from the training data), or None for the robot's characteristic scales
+            (``models._sites.characteristic_scales``).
         robot: the ``bayes_nea.Robot`` the model is built for (None in the name registry).
     """
 
@@ -77,6 +81,7 @@ class ModelSpec:
     nn_depth: int = 2
     dt: float = bn.DEFAULT_DT
     horizon: int = DEFAULT_HORIZON
+    scales: dict | None = None
     robot: bn.Robot | None = None
 
     def __post_init__(self):
@@ -116,6 +121,22 @@ class ModelSpec:
                     f"({self.robot.n})"
                 )
             object.__setattr__(self, "noise_scale", tuple(float(s) for s in scale))
+        if self.scales is not None:
+            if not isinstance(self.scales, dict) or set(self.scales) != set(SCALE_KEYS):
+                raise ValueError(
+                    f"scales must be a dict with keys {list(SCALE_KEYS)}, got {self.scales!r}"
+                )
+            clean = {}
+            for k in SCALE_KEYS:
+                v = np.atleast_1d(np.asarray(self.scales[k], dtype=np.float64))
+                if v.ndim != 1 or not np.all(np.isfinite(v)) or not np.all(v > 0):
+                    raise ValueError(
+                        f"scales[{k!r}] must be finite and > 0, got {self.scales[k]!r}"
+                    )
+                if self.robot is not None and v.size != self.robot.n:
+                    raise ValueError(f"scales[{k!r}] has {v.size} values; expected {self.robot.n}")
+                clean[k] = tuple(float(x) for x in v)
+            object.__setattr__(self, "scales", clean)
         if self.robot is not None and not isinstance(self.robot, bn.Robot):
             raise ValueError(f"robot must be a bayes_nea.Robot, got {type(self.robot).__name__}")
 
@@ -162,6 +183,8 @@ class ModelSpec:
                 value = None if value is None else bn.robot_to_dict(value)
             elif f.name == "noise_scale" and value is not None:
                 value = list(value)
+            elif f.name == "scales" and value is not None:
+                value = {k: list(v) for k, v in value.items()}
             out[f.name] = value
         return out
 
@@ -173,7 +196,9 @@ class ModelSpec:
         """Inverse of :meth:`to_dict`; ``ValueError`` for another format or unknown fields."""
         if not isinstance(d, dict) or d.get("format") != SPEC_FORMAT:
             found = d.get("format") if isinstance(d, dict) else type(d).__name__
-            raise ValueError(f"not a bayes-nea model spec (format {found!r}, expected {SPEC_FORMAT!r})")
+            raise ValueError(
+                f"not a bayes-nea model spec (format {found!r}, expected {SPEC_FORMAT!r})"
+            )
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - names - {"format"})
         if unknown:

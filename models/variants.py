@@ -304,7 +304,11 @@ def build(spec: ModelSpec) -> BayesianModel:
         raise ValueError(f"expected a models.ModelSpec, got {type(spec).__name__}")
     robot = spec._robot()
     prior = get_prior(spec.prior)
-    scales = characteristic_scales(robot)
+    scales = (
+        characteristic_scales(robot)
+        if spec.scales is None
+        else Scales(**{k: np.asarray(v, dtype=np.float64) for k, v in spec.scales.items()})
+    )
     options = dict(
         whitened=spec.geometry == "whitened", nn_width=spec.nn_width, nn_depth=spec.nn_depth
     )
