@@ -67,9 +67,7 @@ SETTINGS = {
     "tiny": BenchmarkSettings(
         name="tiny", duration=4.0, svi_steps=200, draws=16, rollout_seconds=1.0, horizons=(0.1, 0.4)
     ),
-    # measured on this 2-core machine (2 dask workers): 20 s of data and 2,000 SVI steps cost
-    # ~50 s per cell (65 min for the grid); 12 s and 1,000 steps: 20 min for the grid (datasets
-    # shared per worker, analysis/benchmark-quick/report.md)
+    # sized for 2 cores (docs/measurements.md, "Benchmark grid")
     "quick": BenchmarkSettings(
         name="quick", duration=12.0, svi_steps=1000, draws=100, rollout_seconds=3.0
     ),

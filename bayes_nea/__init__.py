@@ -55,7 +55,13 @@ from bayes_nea.kinematics import joint_placement, z_axis_form, z_axis_params, z_
 from bayes_nea.plant import Plant, delay_steps, motor_torque, plant_dynamics  # noqa: E402
 from bayes_nea.positive import PositiveMap, get_positive_map  # noqa: E402
 from bayes_nea.regressor import body_regressor, joint_torque_regressor  # noqa: E402
-from bayes_nea.robot import Robot, RobotParams, make_robot  # noqa: E402
+from bayes_nea.robot import (  # noqa: E402
+    Robot,
+    RobotParams,
+    make_robot,
+    robot_from_dict,
+    robot_to_dict,
+)
 from bayes_nea.systems import DCMotor, cartpole, furuta, get_motor, get_system  # noqa: E402
 from bayes_nea.urdf import load_urdf, to_urdf  # noqa: E402
 
@@ -99,6 +105,8 @@ __all__ = [
     "kinetic_energy",
     "load_urdf",
     "make_robot",
+    "robot_from_dict",
+    "robot_to_dict",
     "nonlinear_effects",
     "potential_energy",
     "rnea",

@@ -246,3 +246,43 @@ def make_robot(
         effort_limit=per_joint(effort_limit, np.inf),
         gravity=tuple(float(g) for g in gravity),
     )
+
+
+def robot_to_dict(robot: Robot) -> dict:
+    """Every field of ``robot`` as JSON-able Python values (floats round-trip exactly).
+
+    :func:`robot_from_dict` inverts it bit for bit; unlike ``to_urdf`` (which stores inertias
+    about the CoM), nothing is recomputed. Infinite limits are written as ``inf`` floats (Python's
+    ``json`` writes them as ``Infinity``).
+    """
+    out = {}
+    for f in dataclasses.fields(Robot):
+        value = getattr(robot, f.name)
+        if f.name == "nominal":
+            value = {k: np.asarray(v, dtype=np.float64).tolist() for k, v in value._asdict().items()}
+        elif isinstance(value, tuple):
+            value = [list(v) if isinstance(v, tuple) else v for v in value]
+        out[f.name] = value
+    return out
+
+
+def robot_from_dict(d: dict) -> Robot:
+    """The :class:`Robot` of :func:`robot_to_dict` (validated as any robot).
+
+    Raises:
+        ValueError: a field is missing or malformed.
+    """
+    names = [f.name for f in dataclasses.fields(Robot)]
+    missing = [k for k in names if k not in d and k != "gravity"]
+    if missing:
+        raise ValueError(f"robot description lacks the fields {missing}")
+    try:
+        fields = {
+            k: tuple(tuple(v) if isinstance(v, list) else v for v in d[k])
+            for k in names
+            if k in d and k not in ("name", "nominal")
+        }
+        nominal = RobotParams(*(np.asarray(d["nominal"][k], dtype=np.float64) for k in RobotParams._fields))
+    except (TypeError, KeyError) as err:
+        raise ValueError(f"malformed robot description: {err}") from None
+    return Robot(name=str(d["name"]), nominal=nominal, **fields)

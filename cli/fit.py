@@ -11,6 +11,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--method", choices=("svi", "nuts"), default="svi")
     parser.add_argument("--out", required=True, help="result file (.nc), written atomically")
     parser.add_argument("--likelihood", default=None, help="forward, inverse or rollout")
+    parser.add_argument(
+        "--horizon", type=int, default=10, help="rollout likelihood: RK4 steps per window"
+    )
+    parser.add_argument("--noise", default="normal", help="noise model: normal or student-t")
+    parser.add_argument("--geometry", default="whitened", help="latent geometry: whitened or centered")
     parser.add_argument("--guide", default="delta", help="SVI guide: delta, normal, mvn, lowrank")
     parser.add_argument("--steps", type=int, default=3000, help="SVI steps (default 3000)")
     parser.add_argument("--learning-rate", type=float, default=1e-2, help="SVI learning rate")
@@ -53,7 +58,15 @@ def run(args) -> int:
     from models import build_model
 
     dataset = load_dataset(args.data)
-    model = build_model(args.variant, dataset.robot(), likelihood=args.likelihood)
+    model = build_model(
+        args.variant,
+        dataset.robot(),
+        likelihood=args.likelihood,
+        noise=args.noise,
+        geometry=args.geometry,
+        horizon=args.horizon,
+        dt=1.0 / float(dataset.rate_hz),  # the rollout likelihood steps at the data's rate
+    )
     progress = not args.quiet
     if args.method == "svi":
         result = fit_svi(

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inference._validate import check_model, fingerprint, variant_name
+from inference._validate import fingerprint, variant_name
 
 
 def raw_key(key) -> tuple[jax.Array, int | None]:
@@ -61,68 +58,19 @@ def check_same_fit(result, bayes_model, data, *, method: str, what: str) -> None
 
 
 def base_attrs(bayes_model, data, *, method: str, seed, summary) -> dict:
-    """Root attributes shared by SVI and NUTS results."""
+    """Root attributes shared by SVI and NUTS results (``model_spec``: the complete spec as JSON,
+    from which ``FitResult.model()`` rebuilds the model)."""
+    to_json = getattr(bayes_model.spec, "to_json", None)
     return {
+        "model_spec": to_json() if to_json is not None else None,
         "variant": variant_name(bayes_model),
         "system": bayes_model.robot.name,
-        "likelihood": str(bayes_model.likelihood),
+        "likelihood": str(bayes_model.spec.likelihood),
         "method": method,
         "seed": -1 if seed is None else int(seed),
         "dataset": summary,
         "n_samples": int(np.shape(data.q)[0]),
-        "n_joints": int(np.shape(data.q)[1]),
+        "n_joints": int(np.shape(data.q)[-1]),
         "data_dtype": str(np.asarray(data.q).dtype),
         "data_fingerprint": fingerprint(data),
     }
-
-
-@contextlib.contextmanager
-def library_promotion():
-    """Trace NumPyro's and optax's internals under JAX's standard promotion rules.
-
-    Their samplers and optimisers mix int and float dtypes and broadcast ranks, which
-    ``jax_numpy_dtype_promotion="strict"`` / ``jax_numpy_rank_promotion="raise"`` (our tests'
-    settings, meant for our own code) reject. Use with :func:`caller_rules` on the model, so
-    the model is still traced under the caller's rules.
-    """
-    with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
-        yield
-
-
-def caller_rules(model):
-    """``model`` traced under the promotion rules in force now (when this is called)."""
-    dtype_rule = jax.config.jax_numpy_dtype_promotion
-    rank_rule = jax.config.jax_numpy_rank_promotion
-
-    @functools.wraps(model)
-    def wrapped(*args, **kwargs):
-        with jax.numpy_dtype_promotion(dtype_rule), jax.numpy_rank_promotion(rank_rule):
-            return model(*args, **kwargs)
-
-    return wrapped
-
-
-class _CallerRulesModel:
-    """A ``BayesianModel`` whose ``model`` and ``physical`` keep the caller's promotion rules."""
-
-    def __init__(self, bayes_model):
-        self._wrapped = bayes_model
-        self.model = caller_rules(bayes_model.model)
-        self.physical = caller_rules(bayes_model.physical)
-
-    def __getattr__(self, name):
-        return getattr(self._wrapped, name)
-
-
-def with_library_promotion(fit):
-    """Run a ``fit_*(bayes_model, data, **options)`` under :func:`library_promotion`, with the
-    model's own code traced under the caller's promotion rules."""
-
-    @functools.wraps(fit)
-    def wrapped(bayes_model, data, **options):
-        check_model(bayes_model)
-        proxy = _CallerRulesModel(bayes_model)
-        with library_promotion():
-            return fit(proxy, data, **options)
-
-    return wrapped

@@ -1,7 +1,8 @@
 """Checks at the boundary of the ``fit_*`` functions: the model object and the data it is fitted to.
 
 Every check runs on the host before anything is traced, and a problem raises ``ValueError``
-naming the bad value and what was expected (STYLE.md, "Errors").
+naming the bad value and what was expected. The data themselves are checked by the model
+(``bayes_model.observations``): each likelihood owns its data form.
 """
 
 from __future__ import annotations
@@ -10,25 +11,21 @@ import hashlib
 import json
 from typing import Any, NamedTuple
 
-import jax.numpy as jnp
 import numpy as np
 
+from models.likelihoods import is_dataset
+
 DATA_FIELDS = ("q", "qd", "qdd", "tau")
-MODEL_ATTRIBUTES = ("spec", "robot", "likelihood", "model", "physical", "qdd_fn")
-
-
-class FitData(NamedTuple):
-    """The arrays a model is fitted to, in the field order of ``models.ModelData``.
-
-    Fields:
-        q, qd, qdd, tau: (N, n) joint positions, velocities, accelerations and commanded efforts,
-            joint order = ``robot.joint_names``.
-    """
-
-    q: Any
-    qd: Any
-    qdd: Any
-    tau: Any
+MODEL_ATTRIBUTES = (
+    "spec",
+    "robot",
+    "likelihood",
+    "model",
+    "physical",
+    "qdd_fn",
+    "observations",
+    "prepare",
+)
 
 
 def check_model(bayes_model) -> None:
@@ -81,78 +78,33 @@ def _jsonable(value):
     return value
 
 
-def prepare_data(bayes_model, data) -> tuple[Any, dict | None]:
-    """Check ``data`` against the model's robot and return it ready to fit.
+class FitInputs(NamedTuple):
+    """The data of one fit in the forms inference needs.
 
-    Args:
-        bayes_model: a ``BayesianModel`` (its ``robot`` gives the joint count and names).
-        data: a ``models.ModelData`` (or any object with fields ``q, qd, qdd, tau``, each (N, n)),
-            or a ``data.Dataset`` (converted with ``models.model_data`` after its joint names are
-            checked against the robot's).
+    Fields:
+        observations: validated arrays in the likelihood's layout (``models.ModelData``): what the
+            result stores and what the pointwise log-likelihood and predictive are computed on.
+        prepared: what the model is conditioned on while fitting (``bayes_model.prepare``: the
+            observations, or their exact sufficient statistics where the model is linear).
+        summary: JSON-able dataset summary (None unless a ``data.Dataset`` was given).
+    """
 
-    Returns:
-        ``(model_data, summary)``: the data with JAX arrays (same container type as given, or
-        ``models.ModelData`` for a dataset), and a JSON-able dataset summary (``None`` unless a
-        dataset was given).
+    observations: Any
+    prepared: Any
+    summary: dict | None
+
+
+def fit_inputs(bayes_model, data) -> FitInputs:
+    """Ask the model to check and prepare ``data`` (a ``data.Dataset`` or arrays).
 
     Raises:
-        ValueError: missing fields, wrong rank, joint count or names that do not match the robot,
-            fields of different lengths, no samples, non-finite values, non-float dtype.
+        ValueError: the data cannot condition the model (joint names or count, shapes, empty,
+            non-finite values, non-float dtype), with the model's own message.
     """
     check_model(bayes_model)
-    robot = bayes_model.robot
-    summary = None
-    if hasattr(data, "episodes") and hasattr(data, "joint_names"):
-        if tuple(data.joint_names) != tuple(robot.joint_names):
-            raise ValueError(
-                f"dataset joints {list(data.joint_names)} do not match robot {robot.name!r} "
-                f"joints {list(robot.joint_names)} (same names in the same order are required)"
-            )
-        if data.n_samples == 0:
-            raise ValueError("dataset is empty: it has no samples")
-        summary = dataset_summary(data)
-        from models import model_data
-
-        data = model_data(data)
-    missing = [f for f in DATA_FIELDS if not hasattr(data, f)]
-    if missing:
-        raise ValueError(
-            f"data lacks fields {missing}; expected a models.ModelData with fields "
-            f"{list(DATA_FIELDS)} or a data.Dataset"
-        )
-    n = robot.n
-    lengths = {}
-    arrays = {}
-    for field in DATA_FIELDS:
-        value = getattr(data, field)
-        arr = np.asarray(value)
-        if not np.issubdtype(arr.dtype, np.floating):
-            raise ValueError(f"data.{field} has dtype {arr.dtype}; expected float32 or float64")
-        if arr.ndim != 2:
-            raise ValueError(f"data.{field} has shape {arr.shape}; expected (N, {n}) (N samples)")
-        if arr.shape[1] != n:
-            raise ValueError(
-                f"data.{field} has {arr.shape[1]} joints (shape {arr.shape}) but robot "
-                f"{robot.name!r} has {n}: {list(robot.joint_names)}"
-            )
-        if arr.shape[0] == 0:
-            raise ValueError(f"data is empty: data.{field} has shape {arr.shape}")
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            rows = np.flatnonzero(bad.any(axis=1))
-            raise ValueError(
-                f"data.{field} has {int(bad.sum())} non-finite (NaN or inf) values, first in "
-                f"sample {int(rows[0])}; drop or repair those samples before fitting"
-            )
-        lengths[field] = arr.shape[0]
-        arrays[field] = jnp.asarray(value)
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"data fields have different lengths {lengths}; all must be (N, {n})")
-    try:
-        data = data._replace(**arrays)
-    except AttributeError:
-        data = FitData(**arrays)
-    return data, summary
+    summary = dataset_summary(data) if is_dataset(data) else None
+    observations = bayes_model.observations(data)
+    return FitInputs(observations, bayes_model.prepare(observations), summary)
 
 
 def fingerprint(data) -> str:

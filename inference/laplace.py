@@ -1,8 +1,8 @@
 """Laplace approximation of a posterior at a point: the inverse Hessian of the potential energy.
 
 Used as a fixed NUTS metric (``fit_nuts(..., metric="laplace")``): for a Gaussian posterior it is
-the exact covariance (Bishop 2006, sec. 4.4), and on the white-box DiffNEA models it cut the
-leapfrog steps per draw from 250-570 (adapted metrics) to ~15 (measured in models/variants.py).
+the exact covariance (Bishop 2006, sec. 4.4); on the white-box DiffNEA models it shortens the
+NUTS trajectories many times over (docs/measurements.md).
 """
 
 from __future__ import annotations

@@ -25,10 +25,9 @@ from inference._common import (
     check_same_fit,
     point_values,
     raw_key,
-    with_library_promotion,
 )
 from inference._state import state_from_dataset, state_to_dataset
-from inference._validate import check_positive_int, prepare_data
+from inference._validate import check_positive_int, fit_inputs
 from inference.laplace import laplace_inverse_mass
 from inference.result import FitResult, build_idata, trace_sites
 
@@ -119,7 +118,6 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
     return jnp.asarray(inverse_mass), "given"
 
 
-@with_library_promotion
 def fit_nuts(
     bayes_model,
     data,
@@ -159,17 +157,13 @@ def fit_nuts(
             given, else ``"adapt"``. ``"adapt"``: adapted during warm-up (Stan's windows).
             ``"laplace"``: fixed, the inverse Hessian of the negative log joint at ``init``'s
             posterior mean (:func:`inference.laplace.laplace_inverse_mass`); needs ``init``
-            (an SVI MAP is the intended start). On the white-box DiffNEA models an adapted metric
-            took 250-570 leapfrog steps per draw and the Laplace metric ~15 (models/variants.py
-            docstring); falls back to an adapted dense metric, with a warning, when the Hessian is
-            not finite. An array: that fixed inverse mass matrix, (d,) diagonal or (d, d) dense,
+            (an SVI MAP is the intended start; docs/measurements.md has what it measured); falls
+            back to an adapted dense metric, with a warning, when the Hessian is not finite. An array: that fixed inverse mass matrix, (d,) diagonal or (d, d) dense,
             over the latent sites flattened in NumPyro's order (sorted site names). With a fixed
             metric only the step size is adapted. The Laplace metric costs d Hessian-vector
             products (d latent values) before sampling. Where the posterior ridge is curved no
-            fixed metric fits it: weak priors (measured ~490 steps per draw and divergences) and
-            long datasets (5,000 samples: ~100 steps per draw, R-hat 1.57 after 100 + 100,
-            benchmarks/inference.py); try ``metric="adapt", dense_mass=True`` with a long
-            warm-up there.
+            fixed metric fits it (weak priors, long datasets); try ``metric="adapt",
+            dense_mass=True`` with a long warm-up there.
         target_accept: target acceptance probability of the step-size adaptation, in (0, 1).
         max_tree_depth: maximum tree depth (at most ``2^depth - 1`` leapfrog steps per draw).
         chain_method: ``"parallel"`` or ``"sequential"``; default parallel when there are enough
@@ -186,7 +180,7 @@ def fit_nuts(
         ValueError: bad data for the robot, bad option values, an ``extend`` result that does not
             match (variant, data, number of chains).
     """
-    data, summary = prepare_data(bayes_model, data)
+    observations, data, summary = fit_inputs(bayes_model, data)
     num_warmup = check_positive_int("num_warmup", num_warmup, allow_zero=True)
     num_samples = check_positive_int("num_samples", num_samples)
     num_chains = check_positive_int("num_chains", num_chains)
@@ -224,7 +218,7 @@ def fit_nuts(
     init_strategy = init_to_mean()
     previous = None
     if extend is not None:
-        check_same_fit(extend, bayes_model, data, method="nuts", what="extend")
+        check_same_fit(extend, bayes_model, observations, method="nuts", what="extend")
         old = extend.attrs["settings"]
         if old["num_chains"] != num_chains:
             raise ValueError(
@@ -283,12 +277,12 @@ def fit_nuts(
         }
         settings["num_samples"] = int(next(iter(samples.values())).shape[1])
         wall_s += float(previous.attrs["timing"]["wall_s"])
-    attrs = base_attrs(bayes_model, data, method="nuts", seed=seed, summary=summary)
+    attrs = base_attrs(bayes_model, observations, method="nuts", seed=seed, summary=summary)
     attrs.update(settings=settings, timing={"wall_s": wall_s})
     extra = {"nuts_state": state_to_dataset(last_state, kind="nuts")}
     tree = build_idata(
         bayes_model,
-        data,
+        observations,
         samples,
         key=k_pred,
         sample_stats=stats,

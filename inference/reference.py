@@ -22,12 +22,15 @@ import numpyro
 import numpyro.distributions as dist
 
 import bayes_nea as bn
+from models import ModelData, check_data, conjugate_gaussian_posterior
 
 
 class ReferenceSpec(NamedTuple):
-    """Names the reference model like a ``models.ModelSpec`` (``name``)."""
+    """Names the reference model like a ``models.ModelSpec`` (``name``, ``likelihood``); it has
+    no ``to_json``, so its results cannot rebuild their model."""
 
     name: str = "reference/linear-gaussian"
+    likelihood: str = "inverse"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -52,10 +55,18 @@ class LinearGaussianModel:
     spec: ReferenceSpec = ReferenceSpec()
     likelihood: str = "inverse"
     energy_class: str = "dissipative"
+    linear_exact: bool = False
 
     @property
     def n_base(self) -> int:
         return self.to_base.shape[0]
+
+    def observations(self, data) -> ModelData:
+        """Validated (N, n) arrays (the one data check, ``models.check_data``)."""
+        return check_data(data, n=self.robot.n, what="data for the reference model")
+
+    def prepare(self, data) -> ModelData:
+        return self.observations(data)
 
     def features(self, q, qd, qdd):
         """``F`` (N, n, b + n): base regressor and viscous columns, ``tau = F w``."""
@@ -106,11 +117,8 @@ class LinearGaussianModel:
         F = np.asarray(self.features(data.q, data.qd, data.qdd), dtype=np.float64)
         F = F.reshape(-1, F.shape[-1])
         tau = np.asarray(data.tau, dtype=np.float64).reshape(-1)
-        P0 = np.diag(1.0 / np.asarray(self.prior_sd, np.float64) ** 2)
-        precision = P0 + F.T @ F / self.noise_sd**2
-        cov = np.linalg.inv(precision)
-        mean = cov @ (P0 @ self.prior_mean + F.T @ tau / self.noise_sd**2)
-        return mean, cov
+        s2 = self.noise_sd**2
+        return conjugate_gaussian_posterior(self.prior_mean, self.prior_sd, F.T @ F / s2, F.T @ tau / s2)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -165,8 +173,6 @@ def simulate(model: LinearGaussianModel, *, key, n_samples: int, w=None):
     """Data ``(q, qd, qdd, tau)`` (N, n) from the model with coefficients ``w`` (default: a prior
     draw) and the noise; returns ``(data, w)`` with ``data`` a namedtuple of float64 arrays.
     """
-    from inference._validate import FitData
-
     k_state, k_w, k_noise = jax.random.split(
         jax.random.PRNGKey(key) if isinstance(key, int) else key, 3
     )
@@ -178,4 +184,4 @@ def simulate(model: LinearGaussianModel, *, key, n_samples: int, w=None):
     F = model.features(q, qd, qdd)
     tau = F @ jnp.asarray(w, F.dtype)
     tau = tau + model.noise_sd * jax.random.normal(k_noise, tau.shape, tau.dtype)
-    return FitData(q, qd, qdd, tau), np.asarray(w)
+    return ModelData(q, qd, qdd, tau), np.asarray(w)

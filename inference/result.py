@@ -32,10 +32,11 @@ import os
 import tempfile
 from importlib import metadata
 
+import arviz as az  # noqa: I001  (after numpyro)
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro  # noqa: F401  (NumPyro before ArviZ: STACK-NOTES.md)
+import numpyro  # noqa: F401  (NumPyro before ArviZ: see inference/__init__.py)
 import xarray as xr
 from numpyro import handlers
 from numpyro.infer import Predictive, log_likelihood
@@ -43,8 +44,9 @@ from numpyro.infer.initialization import init_to_mean
 
 import bayes_nea as bn
 from bayes_nea.spatial import THETA_NAMES
+from models import ModelSpec, build
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the complete model spec is stored (``model_spec``)
 INERTIA_COMPONENTS = ("I_xx", "I_xy", "I_yy", "I_xz", "I_yz", "I_zz")
 XYZ = ("x", "y", "z")
 METHODS = ("svi", "nuts")
@@ -334,23 +336,27 @@ class FitResult:
             out[name] = arr if group_by_chain else arr.reshape(-1, *arr.shape[2:])
         return out
 
-    def robot(self) -> bn.Robot:
-        """The fitted robot: the built-in system of that name, else rebuilt from the stored URDF."""
-        try:
-            robot = bn.get_system(self.system)
-        except ValueError:
-            robot = bn.load_urdf(self.attrs["robot_urdf"])
-        return robot
-
-    def model(self):
-        """The ``BayesianModel`` rebuilt from the stored variant, system and likelihood.
+    def spec(self) -> ModelSpec:
+        """The complete ``models.ModelSpec`` of the fitted model, robot included.
 
         Raises:
-            ValueError: the variant is not in ``models.variant_names()``.
+            ValueError: the result holds no spec (fitted with a model that is not built from one).
         """
-        from models import build_model
+        stored = self.attrs.get("model_spec")
+        if stored is None:
+            raise ValueError(
+                f"this {self.variant!r} result holds no model spec (its model was not built by "
+                "models.build_model), so the model cannot be rebuilt"
+            )
+        return ModelSpec.from_dict(stored) if isinstance(stored, dict) else ModelSpec.from_json(stored)
 
-        return build_model(self.variant, self.robot(), likelihood=self.attrs["likelihood"])
+    def robot(self) -> bn.Robot:
+        """The fitted robot exactly as it was fitted (stored in the spec, never looked up by name)."""
+        return self.spec().robot
+
+    def model(self):
+        """The ``BayesianModel`` that was fitted, rebuilt from the stored spec (``models.build``)."""
+        return build(self.spec())
 
     def data(self) -> dict[str, np.ndarray]:
         """The fitted arrays ``{"q", "qd", "qdd", "tau"}``, each (N, n)."""
@@ -365,8 +371,6 @@ class FitResult:
             "num_chains", "num_draws"}``; R-hat and ESS (rank-normalised, Vehtari et al. 2021,
             ArviZ) are ``nan`` with fewer than 2 chains or 4 draws; counts are 0 for SVI.
         """
-        import arviz as az
-
         post = self.idata["posterior"].to_dataset()[[stored_name(s) for s in self.latent_sites]]
         C, D = self.num_chains, self.num_draws
         out = {"num_chains": C, "num_draws": D}
@@ -396,8 +400,6 @@ class FitResult:
             physical: summarise the physical quantities (default) rather than the latent sites.
             var_names: restrict to these stored variable names.
         """
-        import arviz as az
-
         names = var_names or (
             list(self.physical_names) if physical else [stored_name(s) for s in self.latent_sites]
         )
@@ -407,9 +409,13 @@ class FitResult:
 def result_from_tree(tree: xr.DataTree) -> FitResult:
     """Wrap a DataTree written by :func:`build_idata` (checks the schema version)."""
     version = tree.attrs.get("schema_version")
-    if version is None or int(version) > SCHEMA_VERSION:
+    if version is None:
+        raise ValueError("not a bayes-nea fit result (no schema_version attribute)")
+    if int(version) != SCHEMA_VERSION:
         raise ValueError(
-            f"not a bayes-nea fit result (schema_version {version!r}, supported <= {SCHEMA_VERSION})"
+            f"this result was written in format {version} and this bayes-nea reads format "
+            f"{SCHEMA_VERSION} (format 1 did not store the complete model spec, so its model "
+            "cannot be rebuilt exactly): fit it again"
         )
     return FitResult(
         idata=tree,

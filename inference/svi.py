@@ -36,11 +36,10 @@ from inference._common import (
     check_same_fit,
     point_values,
     raw_key,
-    with_library_promotion,
 )
 from inference._progress import ProgressLine
 from inference._state import state_from_dataset, state_to_dataset
-from inference._validate import check_choice, check_positive_int, prepare_data
+from inference._validate import check_choice, check_positive_int, fit_inputs
 from inference.result import FitResult, build_idata, trace_sites
 
 GUIDES = ("delta", "normal", "mvn", "lowrank")
@@ -239,7 +238,6 @@ def _run_svi(svi, state, data, *, steps, chunk_size, model_kwargs, label, progre
     return state, np.concatenate(losses) if losses else np.zeros(0), compile_s, run_s
 
 
-@with_library_promotion
 def fit_svi(
     bayes_model,
     data,
@@ -298,7 +296,7 @@ def fit_svi(
         ValueError: bad data for the robot (joint count, empty, NaN), unknown guide, optimiser or
             schedule, a ``resume`` result that does not match.
     """
-    data, summary = prepare_data(bayes_model, data)
+    observations, data, summary = fit_inputs(bayes_model, data)
     check_choice("guide", guide, GUIDES)
     steps = check_positive_int("steps", steps)
     num_samples = check_positive_int("num_samples", num_samples)
@@ -311,9 +309,14 @@ def fit_svi(
         raise ValueError(f"init_scale must be > 0, got {init_scale}")
     if subsample_size is not None:
         subsample_size = check_positive_int("subsample_size", subsample_size)
-        if subsample_size > data.q.shape[0]:
+        if bayes_model.linear_exact:
             raise ValueError(
-                f"subsample_size {subsample_size} > number of samples {data.q.shape[0]}"
+                "subsample_size does not apply: this model is fitted on exact sufficient "
+                "statistics (every step already costs the same whatever the data size)"
+            )
+        if subsample_size > observations.q.shape[0]:
+            raise ValueError(
+                f"subsample_size {subsample_size} > number of samples {observations.q.shape[0]}"
             )
     if rank is not None:
         rank = check_positive_int("rank", rank)
@@ -339,7 +342,7 @@ def fit_svi(
     timing = {"compile_s": 0.0, "run_s": 0.0}
     stored = None
     if resume is not None:
-        check_same_fit(resume, bayes_model, data, method="svi", what="resume")
+        check_same_fit(resume, bayes_model, observations, method="svi", what="resume")
         old = resume.attrs["settings"]
         if old["guide"] != guide:
             raise ValueError(f"resume: result used guide {old['guide']!r}, asked for {guide!r}")
@@ -428,7 +431,7 @@ def fit_svi(
     loss_vars = {"loss": ("step", all_losses)}
     if map_losses.size:
         loss_vars["map_loss"] = ("map_step", np.asarray(map_losses))
-    attrs = base_attrs(bayes_model, data, method="svi", seed=seed, summary=summary)
+    attrs = base_attrs(bayes_model, observations, method="svi", seed=seed, summary=summary)
     attrs.update(settings=settings, convergence=report._asdict(), timing=timing)
     extra = {
         "svi_state": state_to_dataset(state, kind=f"svi/{guide}"),
@@ -440,12 +443,14 @@ def fit_svi(
                     np.asarray(v),
                 )
                 for k, v in params.items()
+                # random_eqx_module also registers the network's structure as a parameter
+                if isinstance(v, jax.Array | np.ndarray)
             }
         ),
     }
     tree = build_idata(
         bayes_model,
-        data,
+        observations,
         samples,
         key=k_pred,
         num_predictive=num_predictive,

@@ -39,10 +39,10 @@ import jax.numpy as jnp
 import bayes_nea as bn
 from models._sites import BayesianNet, GaussianSite, Scales, feature_size, state_features
 from models.priors import Prior
+from models.spec import ACTUATOR_NAMES
 
 Array = jax.Array
 
-ACTUATOR_NAMES = ("ideal", "viscous", "stribeck", "nn-friction", "nn-residual", "ffnn")
 ENERGY_CLASSES = ("conserving", "dissipative", "unbounded")
 PREFIX = "actuator/"
 _EXP = bn.get_positive_map("exp")
@@ -55,11 +55,15 @@ class Actuator(abc.ABC):
         name: registry name (:data:`ACTUATOR_NAMES`).
         energy_class: ``"conserving"``, ``"dissipative"`` or ``"unbounded"`` (module docstring).
         invertible: whether :meth:`command` (``tau -> tau_d``) exists in closed form.
+        linear_coefficients: names of the :meth:`physical` coefficients through which
+            ``tau_d`` is linear (with known kinematics: ``tau_d = Y theta + sum_c phi_c c``), or
+            None where the actuator is nonlinear in its parameters.
     """
 
     name: ClassVar[str]
     energy_class: ClassVar[str]
     invertible: ClassVar[bool]
+    linear_coefficients: ClassVar[tuple[str, ...] | None] = None
     robot: bn.Robot
 
     @abc.abstractmethod
@@ -120,6 +124,7 @@ class Ideal(Actuator):
     name: ClassVar[str] = "ideal"
     energy_class: ClassVar[str] = "conserving"
     invertible: ClassVar[bool] = True
+    linear_coefficients: ClassVar[tuple[str, ...] | None] = ()
 
     @classmethod
     def build(cls, robot, prior, scales, **_):
@@ -177,6 +182,7 @@ class Viscous(_Coefficients):
     name: ClassVar[str] = "viscous"
     energy_class: ClassVar[str] = "dissipative"
     coefficients: ClassVar[tuple[str, ...]] = ("viscous",)
+    linear_coefficients: ClassVar[tuple[str, ...] | None] = ("viscous",)
 
     @classmethod
     def build(cls, robot, prior: Prior, scales: Scales, *, whitened=True, **_):

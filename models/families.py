@@ -38,10 +38,10 @@ import jax.numpy as jnp
 import bayes_nea as bn
 from models._sites import BayesianNet, GaussianSite, Scales, feature_size, state_features
 from models.priors import Prior
+from models.spec import FAMILY_NAMES
 
 Array = jax.Array
 
-FAMILY_NAMES = ("nokin-diffnea", "diffnea", "nea", "ffnn")
 _DIFFNEA = bn.get_parameterization("diffnea")
 
 
@@ -51,10 +51,20 @@ class Family(abc.ABC):
     Class attributes:
         name: registry name (:data:`FAMILY_NAMES`).
         white_box: whether draws have rigid-body parameters (theta, rpy, xyz).
+        learns_kinematics: whether joint placements are latent (the kinematics need not be known).
+        linear_in_theta: whether inverse dynamics are linear in the latent inertial parameters
+            with fixed kinematics (``tau = Y(q, qd, qdd) theta``).
+        black_box: whether accelerations come from a network instead of rigid-body dynamics.
+        consistent_theta: whether every draw's theta is a physically consistent body, so that
+            forward dynamics exist (not for NEA's unconstrained Gaussian theta).
     """
 
     name: ClassVar[str]
     white_box: ClassVar[bool]
+    learns_kinematics: ClassVar[bool] = False
+    linear_in_theta: ClassVar[bool] = False
+    black_box: ClassVar[bool] = False
+    consistent_theta: ClassVar[bool] = True
     robot: bn.Robot
 
     @property
@@ -96,6 +106,7 @@ class NoKinDiffNEA(Family):
     xyz: GaussianSite
     name: ClassVar[str] = "nokin-diffnea"
     white_box: ClassVar[bool] = True
+    learns_kinematics: ClassVar[bool] = True
 
     @classmethod
     def build(cls, robot, prior: Prior, scales: Scales, *, whitened=True, **_):
@@ -136,6 +147,7 @@ class DiffNEA(Family):
     inertia: GaussianSite
     name: ClassVar[str] = "diffnea"
     white_box: ClassVar[bool] = True
+    linear_in_theta: ClassVar[bool] = True
 
     @classmethod
     def build(cls, robot, prior: Prior, scales: Scales, *, whitened=True, **_):
@@ -162,6 +174,8 @@ class NEA(Family):
     theta: GaussianSite
     name: ClassVar[str] = "nea"
     white_box: ClassVar[bool] = True
+    linear_in_theta: ClassVar[bool] = True
+    consistent_theta: ClassVar[bool] = False
 
     @classmethod
     def build(cls, robot, prior: Prior, scales: Scales, *, whitened=True, **_):
@@ -189,6 +203,7 @@ class FFNNFamily(Family):
     scales: Scales
     name: ClassVar[str] = "ffnn"
     white_box: ClassVar[bool] = False
+    black_box: ClassVar[bool] = True
 
     @classmethod
     def build(cls, robot, prior: Prior, scales: Scales, *, nn_width=32, nn_depth=2, **_):

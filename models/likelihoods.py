@@ -1,6 +1,6 @@
 """Likelihoods, the data they read, and the exact linear forms.
 
-Three likelihoods (``build_model(..., likelihood=...)``):
+Three likelihoods (``build_model(..., likelihood=...)``, :data:`LIKELIHOOD_NAMES`):
 
 ``"forward"`` (the DiffNEA paper's loss): ``qdd_obs ~ N(f(q, qd, tau_d), sigma_qdd)`` per sample
     and joint, ``f`` = actuator + ABA of the draw. Observed site ``obs_qdd``. One ABA per sample per
@@ -26,26 +26,33 @@ costs ``O(n p^2)`` whatever the number of samples. Exact for the variants
 ``diffnea/{ideal,viscous}/*`` and ``nea`` with ``likelihood="inverse"``, ``noise="normal"`` and
 no subsampling; ``nokin-diffnea`` (latent kinematics), Stribeck (nonlinear in ``v_s``), the network
 actuators and the forward and rollout likelihoods pay one ABA/RNEA per sample. The statistics
-enter as ``numpyro.factor("obs_tau", ...)`` (no per-sample log-likelihood). Measured on the
-cart-pole ``diffnea/viscous``, 200 samples, float64, gradients inside a jitted scan on 2 shared
-cores: forward 255 us, inverse per sample 106 us, inverse on the statistics 1.6 us per gradient.
+enter as ``numpyro.factor("obs_tau", ...)``; the per-sample form gives the pointwise
+log-likelihood of the same fit. Measured gradient costs: ``docs/measurements.md``.
 NEA's Gaussian prior makes its posterior Gaussian given the noise: :func:`nea_posterior`.
+
+**Likelihoods are components.** Each owns its data form and its checks:
+:meth:`Likelihood.observations` turns a ``data.Dataset`` or arrays into validated
+:class:`ModelData` in its layout, :meth:`Likelihood.prepare` into what the model is conditioned
+on, and :meth:`Likelihood.observe` declares the observed sites. :func:`make_likelihood` picks
+:class:`LinearInverse` (exact sufficient statistics) where the model is linear in its parameters.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import abc
+import dataclasses
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 
 import bayes_nea as bn
+from models.spec import LIKELIHOOD_NAMES, NOISE_NAMES  # noqa: F401  (re-exported)
 
 Array = jax.Array
 
-LIKELIHOOD_NAMES = ("forward", "inverse", "rollout")
-NOISE_NAMES = ("normal", "student-t")
 SIGNALS = ("q", "qd", "qdd", "tau")
 
 
@@ -138,29 +145,60 @@ def rollout_windows(dataset, horizon: int, *, stride: int | None = None, dtype=N
     return ModelData(*(jnp.asarray(np.stack([w[k] for w in windows]), dtype) for k in range(4)))
 
 
-def check_data(data, *, n: int, what: str = "data", ndim: int = 2) -> None:
-    """Raise ``ValueError`` for data that cannot condition a model of ``n`` joints.
+def check_data(data, *, n: int, what: str = "data", ndim: int = 2) -> ModelData:
+    """The one data check: ``data`` as :class:`ModelData` of JAX arrays, or ``ValueError``.
 
-    Shapes are always checked; NaN / inf only for concrete (untraced) arrays.
+    Accepts any object with fields ``q, qd, qdd, tau``. Checks float dtypes, layout ``(N, n)``
+    (``ndim=2``) or ``(W, H + 1, n)`` (``ndim=3``), equal shapes, at least one sample and, for
+    concrete (untraced) arrays, finite values (the message names the first bad sample).
     """
-    if not isinstance(data, ModelData):
-        raise ValueError(f"{what}: expected ModelData(q, qd, qdd, tau), got {type(data).__name__}")
+    missing = [f for f in SIGNALS if not hasattr(data, f)]
+    if missing:
+        raise ValueError(
+            f"{what}: lacks fields {missing}; expected models.ModelData(q, qd, qdd, tau) or a "
+            "data.Dataset"
+        )
+    layout = "(N, n)" if ndim == 2 else "(W, H + 1, n)"
     shape = None
-    for name, x in zip(SIGNALS, data, strict=True):
+    arrays = []
+    for name in SIGNALS:
+        x = getattr(data, name)
+        traced = isinstance(x, jax.core.Tracer)
         s = tuple(np.shape(x))
-        if len(s) != ndim or s[-1] != n:
-            layout = "(N, n)" if ndim == 2 else "(W, H + 1, n)"
+        dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+        if not jnp.issubdtype(dtype, jnp.floating):
+            raise ValueError(f"{what}: {name} has dtype {dtype}; expected float32 or float64")
+        if len(s) != ndim:
             raise ValueError(f"{what}: {name} has shape {s}, expected {layout} with n = {n} joints")
+        if s[-1] != n:
+            raise ValueError(
+                f"{what}: {name} has {s[-1]} joints (shape {s}) but the robot has n = {n} joints; "
+                f"expected {layout}"
+            )
         if shape is not None and s != shape:
-            raise ValueError(f"{what}: {name} has shape {s} but q has {shape}")
+            raise ValueError(f"{what}: {name} has shape {s} but q has {shape} (different lengths)")
         shape = s
         if s[0] == 0:
-            raise ValueError(f"{what}: no samples (q has shape {s})")
-        if not isinstance(x, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(x))):
-            bad = int(np.sum(~np.isfinite(np.asarray(x))))
-            raise ValueError(f"{what}: {name} has {bad} NaN or inf entries; drop or fill them")
+            raise ValueError(f"{what}: is empty, no samples ({name} has shape {s})")
+        if not traced:
+            bad = ~np.isfinite(np.asarray(x))
+            if bad.any():
+                first = int(np.argwhere(bad)[0][0])
+                raise ValueError(
+                    f"{what}: {name} has {int(bad.sum())} non-finite (NaN or inf) entries, first in sample "
+                    f"{first}; drop or repair those samples"
+                )
+        arrays.append(x if traced else jnp.asarray(x))
     if ndim == 3 and shape[1] < 2:
         raise ValueError(f"{what}: windows need at least 2 samples, got {shape[1]}")
+    if isinstance(data, ModelData) and all(a is b for a, b in zip(arrays, data, strict=True)):
+        return data
+    return ModelData(*arrays)
+
+
+def is_dataset(data) -> bool:
+    """Whether ``data`` is a ``data.Dataset`` (episodes with joint names), not arrays."""
+    return hasattr(data, "episodes") and hasattr(data, "joint_names")
 
 
 # --- the linear inverse-dynamics form ---------------------------------------------------------
@@ -198,11 +236,31 @@ def linear_log_likelihood(stats: LinearStats, w: Array, sigma: Array) -> Array:
     return jnp.sum(-N * jnp.log(sigma) - 0.5 * N * jnp.log(2 * jnp.pi) - 0.5 * sse / sigma**2)
 
 
-def nea_posterior(bayes_model, data: ModelData | LinearStats, *, noise_scale=None):
-    """Exact Gaussian posterior of NEA's theta given the noise scale (conjugate linear model).
+def conjugate_gaussian_posterior(prior_mean, prior_sd, precision_data, rhs_data):
+    """Posterior of ``w ~ N(m0, diag(s0^2))`` under a linear-Gaussian likelihood (Bishop 2006,
+    eq. 3.50-3.51): ``P = diag(s0^-2) + F^T S^-1 F``, ``mean = P^-1 (m0 / s0^2 + F^T S^-1 y)``.
 
-    ``P = S0^-1 + sum_j A_j / sigma_j^2``, ``mean = P^-1 (S0^-1 mu0 + sum_j b_j / sigma_j^2)``
-    with the prior ``theta ~ N(mu0, S0)`` (diagonal) of ``bayes_model``.
+    Args:
+        prior_mean, prior_sd: (p,) independent Gaussian prior.
+        precision_data: (p, p) ``F^T S^-1 F`` (noise-weighted normal matrix).
+        rhs_data: (p,) ``F^T S^-1 y``.
+
+    Returns:
+        ``(mean (p,), cov (p, p))`` in float64 numpy.
+    """
+    m0 = np.asarray(prior_mean, dtype=np.float64)
+    s0 = np.asarray(prior_sd, dtype=np.float64)
+    P = np.diag(1.0 / s0**2) + np.asarray(precision_data, dtype=np.float64)
+    rhs = m0 / s0**2 + np.asarray(rhs_data, dtype=np.float64)
+    L = np.linalg.cholesky(P)
+    mean = np.linalg.solve(L.T, np.linalg.solve(L, rhs))
+    Linv = np.linalg.solve(L, np.eye(P.shape[0]))
+    return mean, Linv.T @ Linv
+
+
+def nea_posterior(bayes_model, data: ModelData | LinearStats, *, noise_scale=None):
+    """Exact Gaussian posterior of NEA's theta given the noise scale (conjugate linear model):
+    :func:`conjugate_gaussian_posterior` with ``F^T S^-1 F = sum_j A_j / sigma_j^2``.
 
     Args:
         bayes_model: a model of the ``"nea"`` family.
@@ -227,16 +285,179 @@ def nea_posterior(bayes_model, data: ModelData | LinearStats, *, noise_scale=Non
     n = robot.n
     sigma = np.broadcast_to(np.asarray(sigma, dtype=np.float64), (n,))
     stats = data if isinstance(data, LinearStats) else linear_statistics(robot, data, viscous=False)
-    A = np.asarray(stats.A, dtype=np.float64)
-    b = np.asarray(stats.b, dtype=np.float64)
-    prior = bayes_model.family.theta.prior
-    mu0 = prior.loc.reshape(-1)
-    s0 = prior.scale.reshape(-1)
     w = 1.0 / sigma**2
-    P = np.diag(1.0 / s0**2) + np.einsum("n,npr->pr", w, A)
-    rhs = mu0 / s0**2 + np.einsum("n,np->p", w, b)
-    L = np.linalg.cholesky(P)
-    mean = np.linalg.solve(L.T, np.linalg.solve(L, rhs))
-    Linv = np.linalg.solve(L, np.eye(P.shape[0]))
-    cov = Linv.T @ Linv
+    prior = bayes_model.family.theta.prior
+    mean, cov = conjugate_gaussian_posterior(
+        prior.loc.reshape(-1),
+        prior.scale.reshape(-1),
+        np.einsum("n,npr->pr", w, np.asarray(stats.A, np.float64)),
+        np.einsum("n,np->p", w, np.asarray(stats.b, np.float64)),
+    )
     return mean.reshape(n, 10), cov
+
+
+# --- likelihood components ----------------------------------------------------------------------
+
+
+class Likelihood(abc.ABC):
+    """One likelihood: its data form, its checks and its observed sites (module docstring).
+
+    Class attributes:
+        name: :data:`LIKELIHOOD_NAMES` entry.
+        ndim: rank of the arrays it is conditioned on (2: (N, n); 3: windows (W, H + 1, n)).
+        noise_keys: the signals it observes (``sigma_<key>`` noise scales).
+        exact_statistics: whether :meth:`prepare` sums the data into :class:`LinearStats`.
+    """
+
+    name: ClassVar[str]
+    ndim: ClassVar[int] = 2
+    noise_keys: ClassVar[tuple[str, ...]]
+    exact_statistics: ClassVar[bool] = False
+
+    def observations(self, data, *, robot: bn.Robot, what: str = "data") -> ModelData:
+        """Validated arrays in this likelihood's layout from a ``data.Dataset`` or arrays.
+
+        Raises:
+            ValueError: joint names that differ from the robot's, bad shapes, NaN, no samples.
+        """
+        if is_dataset(data):
+            return model_data(data, robot=robot)
+        return check_data(data, n=robot.n, ndim=self.ndim, what=what)
+
+    def prepare(self, observations: ModelData, *, robot: bn.Robot) -> ModelData | LinearStats:
+        """What the model is conditioned on (the observations themselves by default)."""
+        return observations
+
+    @abc.abstractmethod
+    def observe(self, model, sample: dict, data: ModelData, subsample_size: int | None) -> None:
+        """Declare the observed sites ``obs_<key>`` of one draw (inside a NumPyro model)."""
+
+    @staticmethod
+    def _batch(data: ModelData, subsample_size):
+        N = data.q.shape[0]
+        plate = numpyro.plate("data", N, subsample_size=subsample_size)
+        return plate
+
+
+@dataclasses.dataclass(frozen=True)
+class Forward(Likelihood):
+    """``qdd_obs ~ noise(actuator + ABA)`` per sample (the DiffNEA paper's loss)."""
+
+    name: ClassVar[str] = "forward"
+    noise_keys: ClassVar[tuple[str, ...]] = ("qdd",)
+
+    def observe(self, model, sample, data, subsample_size):
+        with self._batch(data, subsample_size) as idx:
+            batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
+            pred = jax.vmap(model.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
+            numpyro.sample("obs_qdd", model.noise_dist(pred, sample, "qdd", 1), obs=batch.qdd)
+
+
+@dataclasses.dataclass(frozen=True)
+class Inverse(Likelihood):
+    """``tau_obs ~ noise(actuator^-1(RNEA))`` per sample."""
+
+    name: ClassVar[str] = "inverse"
+    noise_keys: ClassVar[tuple[str, ...]] = ("tau",)
+
+    def observe(self, model, sample, data, subsample_size):
+        with self._batch(data, subsample_size) as idx:
+            batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
+            pred = jax.vmap(model.tau_fn(sample))(batch.q, batch.qd, batch.qdd)
+            numpyro.sample("obs_tau", model.noise_dist(pred, sample, "tau", 1), obs=batch.tau)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearInverse(Inverse):
+    """:class:`Inverse` on exact sufficient statistics (module docstring, "the cheap exact form").
+
+    Fields:
+        viscous: whether viscous coefficients are among the linear weights.
+    """
+
+    viscous: bool = False
+    exact_statistics: ClassVar[bool] = True
+
+    def prepare(self, observations, *, robot):
+        if isinstance(observations, LinearStats):
+            return observations
+        return linear_statistics(robot, observations, viscous=self.viscous)
+
+    def observe(self, model, sample, data, subsample_size):
+        if not isinstance(data, LinearStats):  # per-sample form: pointwise log-likelihood
+            return super().observe(model, sample, data, subsample_size)
+        if subsample_size is not None:
+            raise ValueError("subsample_size does not apply to LinearStats (already summed)")
+        dtype = jnp.result_type(data.A)
+        w = model.linear_weights(sample).astype(dtype)
+        sigma = model.noise_sigma(sample, "tau", dtype)
+        numpyro.factor("obs_tau", linear_log_likelihood(data, w, sigma))
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout(Likelihood):
+    """RK4 windows from each window's first state under its measured ``tau_d``.
+
+    Fields:
+        horizon: RK4 steps per window (windows built from datasets or (N, n) trajectories).
+        dt: RK4 step (s); a dataset's sampling period must equal it.
+    """
+
+    horizon: int
+    dt: float
+    name: ClassVar[str] = "rollout"
+    ndim: ClassVar[int] = 3
+    noise_keys: ClassVar[tuple[str, ...]] = ("q", "qd")
+
+    def observations(self, data, *, robot, what="data"):
+        if is_dataset(data):
+            if getattr(data, "kind", None) == "uniform":
+                raise ValueError(
+                    f"{what}: a 'uniform' dataset holds independent random states, not "
+                    "trajectories; the rollout likelihood needs trajectory data"
+                )
+            if tuple(data.joint_names) != tuple(robot.joint_names):
+                model_data(data, robot=robot)  # raises naming the joints
+            if not np.isclose(1.0 / float(data.rate_hz), self.dt, rtol=1e-6):
+                raise ValueError(
+                    f"{what}: the rollout likelihood steps dt = {self.dt} s but the dataset is "
+                    f"sampled at {data.rate_hz} Hz; build the model with dt = 1 / rate"
+                )
+            return check_data(rollout_windows(data, self.horizon), n=robot.n, ndim=3, what=what)
+        if np.ndim(getattr(data, "q", None)) == 2:  # one contiguous trajectory
+            traj = check_data(data, n=robot.n, ndim=2, what=what)
+            return rollout_windows(traj, self.horizon)
+        return check_data(data, n=robot.n, ndim=3, what=what)
+
+    def observe(self, model, sample, data, subsample_size):
+        f = model.qdd_fn(sample)
+
+        def window(q, qd, tau):
+            traj = bn.integrate(f, q[0], qd[0], tau[:-1], dt=self.dt)
+            return traj.q[1:], traj.qd[1:]
+
+        with self._batch(data, subsample_size) as idx:
+            batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
+            q_pred, qd_pred = jax.vmap(window)(batch.q, batch.qd, batch.tau)
+            numpyro.sample("obs_q", model.noise_dist(q_pred, sample, "q", 2), obs=batch.q[:, 1:])
+            numpyro.sample(
+                "obs_qd", model.noise_dist(qd_pred, sample, "qd", 2), obs=batch.qd[:, 1:]
+            )
+
+
+def make_likelihood(spec, *, linear_coefficients: tuple[str, ...] | None) -> Likelihood:
+    """The likelihood component of ``spec`` (a ``models.ModelSpec``).
+
+    ``linear_coefficients``: the actuator coefficients that enter linearly beside theta when the
+    family is linear in theta (None otherwise); with the inverse likelihood and Gaussian noise
+    such a model gets :class:`LinearInverse`.
+    """
+    if spec.likelihood == "forward":
+        return Forward()
+    if spec.likelihood == "rollout":
+        return Rollout(horizon=int(spec.horizon), dt=float(spec.dt))
+    if linear_coefficients is not None and spec.noise == "normal":
+        unknown = set(linear_coefficients) - {"viscous"}
+        if not unknown:
+            return LinearInverse(viscous="viscous" in linear_coefficients)
+    return Inverse()

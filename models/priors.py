@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import bayes_nea as bn
+from models.spec import PRIOR_NAMES
 
-PRIOR_NAMES = ("informative", "weak")
 FRICTION_NAMES = ("viscous", "coulomb", "stribeck_amplitude", "stribeck_velocity")
 
 

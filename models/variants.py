@@ -10,133 +10,32 @@ A :class:`BayesianModel` is one NumPyro model plus pure functions of a draw: ``p
 and ``qdd_fn(sample)`` are jittable and vmappable over draws; ``model(data)`` declares the
 latent sites and calls the same functions, so there is one code path from virtual to physical.
 
-**Geometry: what makes NUTS fast and correct** (measured on the cart-pole
-``diffnea/viscous/{informative,weak}``, 200 uniform samples with viscous friction and 0.01 torque
-noise, inverse likelihood on the exact sufficient statistics (a gradient then costs ~5 us), fixed
-noise 0.01, one chain, 300 draws, float64, 2 shared CPU cores; mean leapfrog steps per draw,
-min ESS of the base parameters / viscous coefficients; all runs put the true base parameters
-within 0.6 posterior sd):
-
-=================================================  ===========  ===========  ============
-setup                                              informative  weak         divergences
-=================================================  ===========  ===========  ============
-prior-median init, diagonal mass, 300 warm-up      350-540      9 (stuck,    0 / 2
-                                                                ESS 3)
-SVI (MAP) init, diagonal mass, 300-1000 warm-up    250-570      1023 (tree   0
-                                                                depth cap)
-SVI init, dense mass, 1000 warm-up                 127-250      340-1000     0 / 2-5
-SVI init + Laplace inverse Hessian as dense mass,  **15**       490          2 / 43
-not adapted, 200 warm-up (step size only)          (ESS 384)
-=================================================  ===========  ===========  ============
-
-Only base-parameter combinations are identified: the rest of the virtual parameters lie on a
-curved ridge carried by the prior (condition number ~1e7-1e8), which saturates NUTS's tree
-depth with a diagonal mass matrix. With an informative prior the posterior is close to Gaussian
-around the MAP and the Laplace preconditioner (``inference.laplace_inverse_mass``, used by
-``inference.fit_nuts(..., metric="laplace")``) removes
-the ridge: 15 instead of 250-1000 leapfrog steps per draw, a 20-60x speed-up at equal ESS (60 on
-data whose pole joint has zero effort, ``tests/test_models_identification.py``). With the
-weak prior the ridge is curved (square-root and rotation parameters far from the prior's centre),
-no fixed metric fits it, and SVI init + adapted dense mass with a long warm-up is the safe choice.
-``whitened`` vs ``centered`` coordinates made no consistent difference once the mass matrix is
-adapted; ``whitened`` (standard-normal latent sites scaled by the prior) is the default because it
-keeps every coordinate O(1) for SVI, initialisation and the Laplace floor.
+**Geometry.** Only base-parameter combinations are identified by the data; the remaining
+virtual parameters lie on a curved ridge carried by the prior. ``geometry="whitened"`` (the
+default: standard-normal latent sites scaled by the prior) keeps every coordinate O(1) for SVI,
+initialisation and the Laplace metric of ``inference.fit_nuts``; ``"centered"`` samples the
+coordinates themselves. What was measured with each: ``docs/measurements.md``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro
 import numpyro.distributions as dist
 
 import bayes_nea as bn
 from models._sites import GaussianSite, Scales, characteristic_scales
-from models.actuators import ACTUATOR_NAMES, Actuator, make_actuator
-from models.families import FAMILY_NAMES, Family, FFNNFamily, make_family
-from models.likelihoods import (
-    LIKELIHOOD_NAMES,
-    NOISE_NAMES,
-    LinearStats,
-    ModelData,
-    check_data,
-    linear_log_likelihood,
-    linear_statistics,
-)
-from models.priors import PRIOR_NAMES, Prior, get_prior
+from models.actuators import Actuator, energy_class, make_actuator
+from models.families import Family, make_family
+from models.likelihoods import Likelihood as LikelihoodComponent
+from models.likelihoods import LinearStats, ModelData, check_data, make_likelihood
+from models.priors import Prior, get_prior
+from models.spec import ModelSpec, variant_names
 
 Array = jax.Array
-
-GEOMETRY_NAMES = ("whitened", "centered")
-WHITE_BOX_FAMILIES = ("nokin-diffnea", "diffnea")
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """One variant: ``family`` x ``actuator`` x ``prior`` (hashable, static).
-
-    Fields:
-        family: ``"nokin-diffnea"``, ``"diffnea"``, ``"nea"`` or ``"ffnn"``.
-        actuator: ``"ideal"``, ``"viscous"``, ``"stribeck"``, ``"nn-friction"``,
-            ``"nn-residual"`` or ``"ffnn"`` (``"ideal"`` for nea and ffnn).
-        prior: ``"informative"`` or ``"weak"``.
-    """
-
-    family: str
-    actuator: str = "ideal"
-    prior: str = "informative"
-
-    def __post_init__(self):
-        if self.family not in FAMILY_NAMES:
-            raise ValueError(
-                f"unknown family {self.family!r}; valid families are {list(FAMILY_NAMES)}"
-            )
-        if self.actuator not in ACTUATOR_NAMES:
-            raise ValueError(
-                f"unknown actuator {self.actuator!r}; valid actuators are {list(ACTUATOR_NAMES)}"
-            )
-        if self.prior not in PRIOR_NAMES:
-            raise ValueError(f"unknown prior {self.prior!r}; valid priors are {list(PRIOR_NAMES)}")
-        if self.family in ("nea", "ffnn") and self.actuator != "ideal":
-            raise ValueError(
-                f"the {self.family!r} family takes no actuator model (actuator='ideal'), got "
-                f"{self.actuator!r}: NEA is linear regression (DiffNEA 4.3) and FF-NN sees tau_d"
-            )
-
-    @property
-    def name(self) -> str:
-        """Registry name: ``"family/actuator/prior"``, or ``"nea"`` / ``"ffnn"``."""
-        for short, spec in _SPECIAL.items():
-            if spec == self:
-                return short
-        return f"{self.family}/{self.actuator}/{self.prior}"
-
-    @classmethod
-    def parse(cls, name: str) -> ModelSpec:
-        """The spec of a registry name; ``ValueError`` listing the valid names otherwise."""
-        if name in _REGISTRY:
-            return _REGISTRY[name]
-        raise ValueError(f"unknown model variant {name!r}; valid variants are {list(_REGISTRY)}")
-
-
-_SPECIAL = {
-    "nea": ModelSpec("nea", "ideal", "informative"),
-    "ffnn": ModelSpec("ffnn", "ideal", "weak"),
-}
-_REGISTRY: dict[str, ModelSpec] = {
-    f"{f}/{a}/{p}": ModelSpec(f, a, p)
-    for f, a, p in itertools.product(WHITE_BOX_FAMILIES, ACTUATOR_NAMES, PRIOR_NAMES)
-}
-_REGISTRY.update(_SPECIAL)
-
-
-def variant_names() -> tuple[str, ...]:
-    """The 26 registry names, white-box product first, then ``"nea"`` and ``"ffnn"``."""
-    return tuple(_REGISTRY)
 
 
 def describe(name_or_spec: str | ModelSpec) -> str:
@@ -146,8 +45,6 @@ def describe(name_or_spec: str | ModelSpec) -> str:
         return "black-box network qdd = f(q, qd, tau_d); energy unbounded; N(0, 1/fan_in) weights"
     if spec.family == "nea":
         return "linear NEA tau = Y theta (known kinematics); energy conserving; Gaussian prior on theta (closed form)"
-    from models.actuators import energy_class
-
     family = {
         "nokin-diffnea": "no-Kin DiffNEA (placements + inertias learned)",
         "diffnea": "DiffNEA (known kinematics, inertias learned)",
@@ -157,43 +54,47 @@ def describe(name_or_spec: str | ModelSpec) -> str:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class BayesianModel:
-    """A variant built for a robot (see the module docstring); frozen, hashable by identity.
+    """A model built from a complete :class:`ModelSpec` (see the module docstring).
 
     Fields:
-        spec: the :class:`ModelSpec`.
-        robot: the robot the data belong to.
-        likelihood: ``"forward"``, ``"inverse"`` or ``"rollout"``.
-        family, actuator, prior: the composed parts.
+        spec: the complete spec (variant, likelihood, options, robot): ``build(spec)`` rebuilds
+            this model exactly.
+        family, actuator, prior, likelihood: the composed parts (``likelihood`` is a
+            ``models.likelihoods.Likelihood`` component).
         scales: characteristic magnitudes of the robot (network and noise scaling).
-        noise: ``"normal"`` or ``"student-t"``; ``student_df`` its degrees of freedom.
-        noise_scale: fixed per-joint noise sd (n,) or None (latent noise sites).
-        noise_sites: latent log-noise sites (empty when ``noise_scale`` is fixed).
-        dt: RK4 step of the rollout likelihood (s).
-        geometry: ``"whitened"`` or ``"centered"`` latent coordinates.
+        noise_sites: latent log-noise sites (empty when ``spec.noise_scale`` is fixed).
     """
 
     spec: ModelSpec
-    robot: bn.Robot
-    likelihood: str
     family: Family
     actuator: Actuator
     prior: Prior
+    likelihood: LikelihoodComponent
     scales: Scales
-    noise: str = "normal"
-    student_df: float = 4.0
-    noise_scale: np.ndarray | None = None
     noise_sites: tuple[GaussianSite, ...] = ()
-    dt: float = bn.DEFAULT_DT
-    geometry: str = "whitened"
 
     @property
     def name(self) -> str:
         return self.spec.name
 
     @property
+    def robot(self) -> bn.Robot:
+        """The robot the data belong to (``spec.robot``)."""
+        return self.spec.robot
+
+    @property
+    def noise_scale(self) -> np.ndarray | None:
+        """Fixed per-joint noise sd (n,), or None (latent noise scales)."""
+        return self.spec.noise_scale_per_joint
+
+    @property
+    def dt(self) -> float:
+        return self.spec.dt
+
+    @property
     def energy_class(self) -> str:
         """``"conserving"``, ``"dissipative"`` or ``"unbounded"`` (of the uncontrolled system)."""
-        return "unbounded" if self.spec.family == "ffnn" else self.actuator.energy_class
+        return "unbounded" if self.family.black_box else self.actuator.energy_class
 
     @property
     def dynamics_robot(self) -> bn.Robot:
@@ -203,12 +104,7 @@ class BayesianModel:
     @property
     def linear_exact(self) -> bool:
         """Whether :meth:`prepare` gives exact sufficient statistics (likelihoods module docstring)."""
-        return (
-            self.likelihood == "inverse"
-            and self.noise == "normal"
-            and self.spec.family in ("diffnea", "nea")
-            and self.spec.actuator in ("ideal", "viscous")
-        )
+        return self.likelihood.exact_statistics
 
     # --- pure functions of one draw ------------------------------------------------------------
 
@@ -231,12 +127,12 @@ class BayesianModel:
         :func:`bayes_nea.integrate`).
         """
         family, actuator, robot = self.family, self.actuator, self.dynamics_robot
-        params = family.params(sample) if family.white_box else None
+        params = None if family.black_box else family.params(sample)
 
         def f(q, qd, tau_d):
             dtype = jnp.result_type(q)
             s = {k: jnp.asarray(v, dtype) for k, v in sample.items()}
-            if isinstance(family, FFNNFamily):
+            if family.black_box:
                 return family.qdd(s, q, qd, tau_d)
             tau = actuator.torque(s, tau_d, q, qd)
             return bn.aba(robot, q, qd, tau, params=params.astype(dtype))
@@ -247,12 +143,9 @@ class BayesianModel:
         """``g(q, qd, qdd) -> tau_d`` (n,) of one draw: RNEA then the actuator's inverse.
 
         Raises:
-            ValueError: FF-NN family or a non-invertible actuator.
+            ValueError: a black-box family or a non-invertible actuator.
         """
-        if not self.family.white_box:
-            raise ValueError("the 'ffnn' family has no inverse dynamics; use likelihood='forward'")
-        if not self.actuator.invertible:
-            self.actuator.command(sample, None, None, None)  # raises with the reason
+        _check_invertible(self.spec, self.family, self.actuator)
         family, actuator, robot = self.family, self.actuator, self.dynamics_robot
         params = family.params(sample)
 
@@ -263,6 +156,13 @@ class BayesianModel:
             return actuator.command(s, tau, q, qd)
 
         return g
+
+    def linear_weights(self, sample: dict) -> Array:
+        """``[theta_flat; linear actuator coefficients]`` of one draw (linear models only)."""
+        coef = [self.family.params(sample).theta.reshape(-1)]
+        phys = self.actuator.physical(sample)
+        coef += [phys[c] for c in self.actuator.linear_coefficients or ()]
+        return jnp.concatenate(coef)
 
     def init_sample(self, *, key=None, dtype=None) -> dict:
         """Latent values at the prior medians (nominal values for informative priors); network
@@ -283,28 +183,37 @@ class BayesianModel:
 
     # --- data ------------------------------------------------------------------------------
 
-    def prepare(self, data: ModelData) -> ModelData | LinearStats:
-        """The cheapest exact form of ``data`` for :meth:`model`: :class:`LinearStats` where
-        :attr:`linear_exact`, else ``data`` unchanged (validated).
+    def observations(self, data) -> ModelData:
+        """Validated arrays in the likelihood's layout from a ``data.Dataset`` or arrays.
+
+        Raises:
+            ValueError: the data cannot condition this model (joints, shape, NaN, layout).
         """
-        self.check(data)
-        if not self.linear_exact:
+        if isinstance(data, LinearStats):
+            raise ValueError("observations: LinearStats are already summed; pass the arrays")
+        return self.likelihood.observations(
+            data, robot=self.robot, what=f"data for {self.name!r} on {self.robot.name!r}"
+        )
+
+    def prepare(self, data) -> ModelData | LinearStats:
+        """What :meth:`model` is conditioned on: the cheapest exact form of ``data`` (a dataset,
+        arrays or already prepared data): :class:`LinearStats` where :attr:`linear_exact`.
+        """
+        if isinstance(data, LinearStats):
+            self.check(data)
             return data
-        return linear_statistics(self.robot, data, viscous=self.spec.actuator == "viscous")
+        return self.likelihood.prepare(self.observations(data), robot=self.robot)
 
     def check(self, data) -> None:
         """Raise ``ValueError`` if ``data`` cannot condition this model (shape, NaN, layout)."""
         if isinstance(data, LinearStats):
             if not self.linear_exact:
                 raise ValueError(
-                    f"{self.name!r} with likelihood {self.likelihood!r} cannot use LinearStats; "
-                    "pass ModelData"
+                    f"{self.name!r} with likelihood {self.spec.likelihood!r} cannot use "
+                    "LinearStats; pass ModelData"
                 )
             return
-        ndim = 3 if self.likelihood == "rollout" else 2
-        check_data(
-            data, n=self.robot.n, ndim=ndim, what=f"data for {self.name!r} on {self.robot.name!r}"
-        )
+        self.observations(data)
 
     # --- the NumPyro model -----------------------------------------------------------------
 
@@ -315,16 +224,18 @@ class BayesianModel:
         sample.update({s.site: s.sample(dtype) for s in self.noise_sites})
         return sample
 
-    def _sigma(self, sample, key: str, dtype) -> Array:
+    def noise_sigma(self, sample, key: str, dtype) -> Array:
+        """Noise sd (n,) of the observed signal ``key`` (``"qdd"``, ``"tau"``, ``"q"``, ``"qd"``)."""
         if self.noise_scale is not None:
             return jnp.asarray(self.noise_scale, dtype)
         site = next(s for s in self.noise_sites if s.name == "log_sigma_" + key)
         return jnp.exp(site.value(sample)).astype(dtype)
 
-    def _noise_dist(self, loc, sigma, event_dims: int):
-        scale = jnp.broadcast_to(sigma, loc.shape)
-        if self.noise == "student-t":
-            d = dist.StudentT(jnp.asarray(self.student_df, loc.dtype), loc, scale)
+    def noise_dist(self, loc, sample, key: str, event_dims: int):
+        """The observation noise around ``loc`` for signal ``key`` (Normal or Student-t)."""
+        scale = jnp.broadcast_to(self.noise_sigma(sample, key, loc.dtype), loc.shape)
+        if self.spec.noise == "student-t":
+            d = dist.StudentT(jnp.asarray(self.spec.student_df, loc.dtype), loc, scale)
         else:
             d = dist.Normal(loc, scale)
         return d.to_event(event_dims)
@@ -333,169 +244,133 @@ class BayesianModel:
         """The NumPyro model: latent sites, then the likelihood's observed sites ``obs_*``.
 
         Args:
-            data: ``ModelData`` (N, n) (rollout: (W, H + 1, n)), or :class:`LinearStats` from
-                :meth:`prepare`.
+            data: what :meth:`prepare` returns: ``ModelData`` (N, n) (rollout: (W, H + 1, n)),
+                or :class:`LinearStats`.
             subsample_size: minibatch size over samples (windows); None for all.
 
         Raises:
             ValueError: data of the wrong shape, empty or NaN (concrete arrays).
         """
-        self.check(data)
         if isinstance(data, LinearStats):
-            if subsample_size is not None:
-                raise ValueError("subsample_size does not apply to LinearStats (already summed)")
+            self.check(data)
             dtype = jnp.result_type(data.A)
-            sample = self.sample_latent(dtype)
-            theta = self.family.params(sample).theta.reshape(-1)
-            coef = [theta]
-            if self.spec.actuator == "viscous":
-                coef.append(self.actuator.physical(sample)["viscous"])
-            w = jnp.concatenate(coef).astype(dtype)
-            numpyro.factor(
-                "obs_tau", linear_log_likelihood(data, w, self._sigma(sample, "tau", dtype))
-            )
-            return
-        dtype = jnp.result_type(data.q)
+        else:
+            data = check_data(data, n=self.robot.n, ndim=self.likelihood.ndim, what=self.name)
+            dtype = jnp.result_type(data.q)
         sample = self.sample_latent(dtype)
-        N = data.q.shape[0]
-        with numpyro.plate("data", N, subsample_size=subsample_size) as idx:
-            batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
-            if self.likelihood == "forward":
-                pred = jax.vmap(self.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
-                sigma = self._sigma(sample, "qdd", dtype)
-                numpyro.sample("obs_qdd", self._noise_dist(pred, sigma, 1), obs=batch.qdd)
-            elif self.likelihood == "inverse":
-                pred = jax.vmap(self.tau_fn(sample))(batch.q, batch.qd, batch.qdd)
-                sigma = self._sigma(sample, "tau", dtype)
-                numpyro.sample("obs_tau", self._noise_dist(pred, sigma, 1), obs=batch.tau)
-            else:
-                f = self.qdd_fn(sample)
-
-                def window(q, qd, tau):
-                    traj = bn.integrate(f, q[0], qd[0], tau[:-1], dt=self.dt)
-                    return traj.q[1:], traj.qd[1:]
-
-                q_pred, qd_pred = jax.vmap(window)(batch.q, batch.qd, batch.tau)
-                sq = self._sigma(sample, "q", dtype)
-                sqd = self._sigma(sample, "qd", dtype)
-                numpyro.sample("obs_q", self._noise_dist(q_pred, sq, 2), obs=batch.q[:, 1:])
-                numpyro.sample("obs_qd", self._noise_dist(qd_pred, sqd, 2), obs=batch.qd[:, 1:])
+        self.likelihood.observe(self, sample, data, subsample_size)
 
 
-def _noise_sites(likelihood, prior: Prior, scales: Scales, n, whitened) -> tuple[GaussianSite, ...]:
+def _check_invertible(spec: ModelSpec, family: Family, actuator: Actuator) -> None:
+    if family.black_box:
+        raise ValueError(
+            f"the {family.name!r} family predicts accelerations and has no inverse dynamics; "
+            "use likelihood='forward' or 'rollout'"
+        )
+    if not actuator.invertible:
+        raise ValueError(
+            f"{spec.name!r}: the {actuator.name!r} actuator has no closed-form inverse, so the "
+            "inverse-dynamics likelihood cannot apply; use likelihood='forward' or 'rollout'"
+        )
+
+
+def _noise_sites(spec: ModelSpec, likelihood, prior: Prior, scales: Scales):
+    n = spec.robot.n
     typical = {
-        "forward": {"qdd": 0.05 * scales.qdd},
-        "inverse": {"tau": 0.05 * scales.tau},
-        "rollout": {"q": np.full(n, 1e-3), "qd": 0.01 * scales.qd},
-    }[likelihood]
+        "qdd": 0.05 * scales.qdd,
+        "tau": 0.05 * scales.tau,
+        "q": np.full(n, 1e-3),
+        "qd": 0.01 * scales.qd,
+    }
+    whitened = spec.geometry == "whitened"
     sites = []
-    for key, value in typical.items():
+    for key in likelihood.noise_keys:
         g = prior.noise(n, typical=1.0)
-        g = g._replace(loc=np.log(np.asarray(value, dtype=np.float64)))
+        g = g._replace(loc=np.log(np.asarray(typical[key], dtype=np.float64)))
         sites.append(GaussianSite("log_sigma_" + key, g, whitened))
     return tuple(sites)
 
 
-def build_model(
-    name_or_spec: str | ModelSpec,
-    robot: bn.Robot,
-    *,
-    likelihood: str | None = None,
-    noise: str = "normal",
-    student_df: float = 4.0,
-    noise_scale=None,
-    dt: float = bn.DEFAULT_DT,
-    geometry: str = "whitened",
-    kinematics: str = "known",
-    nn_width: int = 32,
-    nn_depth: int = 2,
-) -> BayesianModel:
-    """Build the variant ``name_or_spec`` for ``robot``.
-
-    Args:
-        name_or_spec: a name from :func:`variant_names` or a :class:`ModelSpec`.
-        robot: any ``bayes_nea.Robot`` (built-in system or URDF).
-        likelihood: ``"forward"``, ``"inverse"`` or ``"rollout"``; default ``"inverse"`` for
-            ``nea`` (its only one), ``"forward"`` otherwise.
-        noise: ``"normal"`` or ``"student-t"`` (with ``student_df`` degrees of freedom).
-        noise_scale: fixed noise sd, () or (n,); None samples per-joint noise scales.
-        dt: RK4 step (s) of the rollout likelihood (the data's sampling period).
-        geometry: ``"whitened"`` (default) or ``"centered"`` latent coordinates.
-        kinematics: ``"known"`` or ``"unknown"`` (then only ``nokin-diffnea`` and ``ffnn`` apply).
-        nn_width, nn_depth: hidden width and number of hidden layers of the networks.
+def build(spec: ModelSpec) -> BayesianModel:
+    """The model of a complete spec (with a robot); a pure function of ``spec``.
 
     Raises:
-        ValueError: unknown name or option (the message lists the valid ones), or a variant that
-            cannot apply (NEA with a nonlinear likelihood, an inverse likelihood with a
-            non-invertible actuator or the FF-NN family, NEA/DiffNEA with unknown kinematics).
+        ValueError: no robot in the spec, or parts that do not fit together (an inverse
+            likelihood with a non-invertible actuator or a black-box family, a family that needs
+            the kinematics with ``kinematics="unknown"``, a family linear in theta only for
+            inverse dynamics with another likelihood).
     """
-    spec = ModelSpec.parse(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
     if not isinstance(spec, ModelSpec):
-        raise ValueError(f"expected a variant name or ModelSpec, got {type(name_or_spec).__name__}")
-    if not isinstance(robot, bn.Robot):
-        raise ValueError(f"robot must be a bayes_nea.Robot, got {type(robot).__name__}")
-    if likelihood is None:
-        likelihood = "inverse" if spec.family == "nea" else "forward"
-    for value, valid, what in (
-        (likelihood, LIKELIHOOD_NAMES, "likelihood"),
-        (noise, NOISE_NAMES, "noise"),
-        (geometry, GEOMETRY_NAMES, "geometry"),
-        (kinematics, ("known", "unknown"), "kinematics"),
-    ):
-        if value not in valid:
-            raise ValueError(f"unknown {what} {value!r}; valid values are {list(valid)}")
-    if kinematics == "unknown" and spec.family in ("diffnea", "nea"):
+        raise ValueError(f"expected a models.ModelSpec, got {type(spec).__name__}")
+    robot = spec._robot()
+    prior = get_prior(spec.prior)
+    scales = (
+        characteristic_scales(robot)
+        if spec.scales is None
+        else Scales(**{k: np.asarray(v, dtype=np.float64) for k, v in spec.scales.items()})
+    )
+    options = dict(
+        whitened=spec.geometry == "whitened", nn_width=spec.nn_width, nn_depth=spec.nn_depth
+    )
+    family = make_family(spec.family, robot, prior, scales, **options)
+    actuator = make_actuator(spec.actuator, family.dynamics_robot, prior, scales, **options)
+    if spec.kinematics == "unknown" and not (family.learns_kinematics or family.black_box):
         raise ValueError(
             f"{spec.name!r} needs the robot's kinematics (joint placements); with unknown "
             "kinematics use a 'nokin-diffnea/...' variant or 'ffnn'"
         )
-    if spec.family == "nea" and likelihood != "inverse":
+    if family.white_box and not family.consistent_theta and spec.likelihood != "inverse":
         raise ValueError(
-            "'nea' is linear in theta only for inverse dynamics (its theta need not be physical, "
-            f"so forward dynamics may not exist); use likelihood='inverse', not {likelihood!r}"
+            f"{spec.name!r}: theta need not be physical, so forward dynamics may not exist; "
+            f"use likelihood='inverse', not {spec.likelihood!r}"
         )
-    if likelihood == "inverse" and spec.family == "ffnn":
-        raise ValueError(
-            "the 'ffnn' family predicts accelerations; use likelihood='forward' or 'rollout'"
-        )
-    if likelihood == "inverse" and spec.actuator == "ffnn":
-        raise ValueError(
-            f"{spec.name!r}: the 'ffnn' actuator has no closed-form inverse, so the "
-            "inverse-dynamics likelihood cannot apply; use likelihood='forward' or 'rollout'"
-        )
-    if not (dt > 0):
-        raise ValueError(f"dt must be > 0, got {dt}")
-    if student_df <= 0:
-        raise ValueError(f"student_df must be > 0, got {student_df}")
-    if nn_width < 1 or nn_depth < 0:
-        raise ValueError(f"nn_width must be >= 1 and nn_depth >= 0, got {nn_width}, {nn_depth}")
-    if noise_scale is not None:
-        noise_scale = np.broadcast_to(np.asarray(noise_scale, dtype=np.float64), (robot.n,)).copy()
-        if not np.all(noise_scale > 0):
-            raise ValueError(f"noise_scale must be > 0, got {noise_scale}")
-    prior = get_prior(spec.prior)
-    scales = characteristic_scales(robot)
-    whitened = geometry == "whitened"
-    options = dict(whitened=whitened, nn_width=nn_width, nn_depth=nn_depth)
-    family = make_family(spec.family, robot, prior, scales, **options)
-    actuator = make_actuator(spec.actuator, family.dynamics_robot, prior, scales, **options)
-    noise_sites = (
-        ()
-        if noise_scale is not None
-        else _noise_sites(likelihood, prior, scales, robot.n, whitened)
-    )
+    if spec.likelihood == "inverse":
+        _check_invertible(spec, family, actuator)
+    linear = actuator.linear_coefficients if family.linear_in_theta else None
+    likelihood = make_likelihood(spec, linear_coefficients=linear)
+    noise_sites = () if spec.noise_scale is not None else _noise_sites(spec, likelihood, prior, scales)
     return BayesianModel(
         spec=spec,
-        robot=robot,
-        likelihood=likelihood,
         family=family,
         actuator=actuator,
         prior=prior,
+        likelihood=likelihood,
         scales=scales,
-        noise=noise,
-        student_df=float(student_df),
-        noise_scale=noise_scale,
         noise_sites=noise_sites,
-        dt=float(dt),
-        geometry=geometry,
     )
+
+
+def build_model(name_or_spec: str | ModelSpec, robot: bn.Robot | None = None, **options):
+    """Build the variant ``name_or_spec`` for ``robot`` with ``options`` (fields of
+    :class:`ModelSpec`: ``likelihood``, ``noise``, ``student_df``, ``noise_scale``, ``geometry``,
+    ``kinematics``, ``nn_width``, ``nn_depth``, ``dt``, ``horizon``).
+
+    Args:
+        name_or_spec: a name from :func:`variant_names` or a :class:`ModelSpec` (whose robot is
+            used when ``robot`` is None).
+        robot: any ``bayes_nea.Robot`` (built-in system or URDF).
+
+    Raises:
+        ValueError: unknown name or option (the message lists the valid ones), or a variant that
+            cannot apply (see :func:`build`).
+    """
+    if isinstance(name_or_spec, str):
+        spec = ModelSpec.parse(name_or_spec)
+    elif isinstance(name_or_spec, ModelSpec):
+        spec = name_or_spec
+    else:
+        raise ValueError(f"expected a variant name or ModelSpec, got {type(name_or_spec).__name__}")
+    if robot is not None and not isinstance(robot, bn.Robot):
+        raise ValueError(f"robot must be a bayes_nea.Robot, got {type(robot).__name__}")
+    valid = {f.name for f in dataclasses.fields(ModelSpec)} - {"family", "actuator", "prior", "robot"}
+    unknown = sorted(set(options) - valid)
+    if unknown:
+        raise ValueError(f"unknown model options {unknown}; valid options are the fields of ModelSpec")
+    if robot is not None:
+        options["robot"] = robot
+    if "noise_scale" in options and options["noise_scale"] is not None:
+        options["noise_scale"] = tuple(np.atleast_1d(np.asarray(options["noise_scale"], np.float64)))
+    return build(spec.replace(**options) if options else spec)
+
+
+__all__ = ["BayesianModel", "ModelSpec", "build", "build_model", "describe", "variant_names"]

@@ -14,9 +14,17 @@ import pytest
 
 import bayes_nea as bn
 
-# Strict promotion catches accidental float64 in float32 paths and silent broadcasting.
-jax.config.update("jax_numpy_rank_promotion", "raise")
-jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+@pytest.fixture(autouse=True)
+def strict_promotion(request):
+    """Strict promotion catches accidental float64 in float32 paths and silent broadcasting in
+    our own code. NumPyro's samplers and optax's optimisers mix int and float dtypes, so tests
+    that run them are marked ``standard_promotion`` and keep JAX's standard rules."""
+    if request.node.get_closest_marker("standard_promotion"):
+        yield
+        return
+    with jax.numpy_dtype_promotion("strict"), jax.numpy_rank_promotion("raise"):
+        yield
 
 GRAVITY = np.array([0.0, 0.0, -9.81])
 PANDA_FINGERS = ("panda_finger_joint1", "panda_finger_joint2")

@@ -22,6 +22,8 @@ from analysis.benchmark import (
     run_benchmark,
 )
 
+pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
+
 VARIANTS = tuple(f"family{i}/actuator/prior" for i in range(26))  # the grid's shape: 26 variants
 
 CELL_MODULE = textwrap.dedent(

@@ -8,6 +8,8 @@ import pytest
 
 from cli.main import main
 
+pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
+
 
 @pytest.fixture(scope="module")
 def saved_fit(tmp_path_factory):
@@ -85,6 +87,22 @@ def test_nuts_from_saved_svi_fit_uses_the_laplace_metric(saved_fit, capsys):
     assert result.attrs["settings"]["metric"] == "laplace"
     # from the MAP with the Laplace metric the trajectories stay short (adapted: hundreds)
     assert float(result.idata["sample_stats"]["n_steps"].mean()) < 64
+
+
+def test_fit_with_the_rollout_likelihood(saved_fit, capsys):
+    """``fit --likelihood rollout``: RK4 windows of the data, steps at the data's rate; the saved
+    result rebuilds the rollout model."""
+    folder, _ = saved_fit
+    out = folder / "rollout-fit.nc"
+    argv = ["fit", "--variant", "diffnea/viscous/informative", "--data", str(folder / "data.npz")]
+    argv += ["--likelihood", "rollout", "--horizon", "4", "--steps", "60", "--out", str(out)]
+    assert main([*argv, "--quiet"]) == 0
+    assert "saved svi fit" in capsys.readouterr().out
+    from inference import load_result
+
+    model = load_result(out).model()
+    assert model.spec.likelihood == "rollout" and model.spec.horizon == 4
+    assert model.spec.dt == pytest.approx(1 / 250)
 
 
 def test_bad_inputs_are_reported(saved_fit, tmp_path, capsys):

@@ -15,7 +15,7 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SEED = 3
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.standard_promotion]
 
 
 def load_example(name):

@@ -8,6 +8,8 @@ import bayes_nea as bn
 from inference import fit_nuts, fit_svi, laplace_inverse_mass, load_result, save_result
 from inference.reference import linear_gaussian_model, simulate
 
+pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
+
 NOISE = 0.1
 
 

@@ -9,6 +9,8 @@ import bayes_nea as bn
 from inference import convergence_report, fit_svi, make_optimizer
 from inference.reference import linear_gaussian_model, simulate
 
+pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
+
 FAST = {"progress": False, "num_predictive": 0, "log_likelihood": False}
 
 

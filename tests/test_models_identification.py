@@ -16,7 +16,7 @@ from inference import laplace_inverse_mass
 from models import ModelData, build_model, nea_posterior
 from models._sites import characteristic_scales
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.standard_promotion]
 
 
 def uniform_data(robot, seed, n, *, params=None, damping=None, tau_noise=0.0):

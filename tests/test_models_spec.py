@@ -1,0 +1,225 @@
+"""The complete model spec: JSON round trips, results that rebuild exactly the model that was
+fitted (robot included, never looked up by name), the likelihood as a component (rollout
+fittable, exact sufficient statistics used automatically)."""
+
+import dataclasses
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpyro.infer.util import log_density
+
+import bayes_nea as bn
+from analysis.rollouts import posterior_rollouts
+from data import generate_dataset
+from inference import fit_nuts, fit_svi, load_result, save_result
+from models import Inverse, ModelData, ModelSpec, build, build_model, model_data, variant_names
+
+pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
+
+# Non-default options cycled over the variants (small networks keep the compiles short).
+OPTIONS = (
+    {"geometry": "centered"},
+    {"noise": "student-t", "student_df": 5.0},
+    {"likelihood": "rollout", "horizon": 3},
+    {"noise_scale": 0.05},
+)
+FAST_ROUND_TRIP = ("diffnea/stribeck/informative", "nokin-diffnea/viscous/weak", "ffnn")
+
+
+def _options(i: int, name: str) -> dict:
+    opts = dict(OPTIONS[i % len(OPTIONS)], nn_width=6, nn_depth=1)
+    if name == "nea":  # its only likelihood is the inverse one
+        opts = {"noise_scale": 0.05}
+    return opts
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return bn.get_system("cartpole")
+
+
+@pytest.fixture(scope="module")
+def trajectories():
+    return generate_dataset("cartpole", "trajectories", seed=3, duration=1.2)
+
+
+def test_spec_json_round_trip_is_exact(cartpole):
+    for i, name in enumerate(variant_names()):
+        spec = build_model(name, cartpole, **_options(i, name)).spec
+        text = spec.to_json()
+        back = ModelSpec.from_json(text)
+        assert back == spec and back.to_json() == text
+        assert back.robot is not spec.robot
+        for a, b in zip(back.robot.nominal, spec.robot.nominal, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert back.robot.effort_limit == spec.robot.effort_limit
+
+
+def test_spec_rejects_other_formats_and_fields(cartpole):
+    d = build_model("diffnea/viscous/weak", cartpole).spec.to_dict()
+    with pytest.raises(ValueError, match="not a bayes-nea model spec"):
+        ModelSpec.from_dict(dict(d, format="bayes-nea-model-spec/0"))
+    with pytest.raises(ValueError, match="unknown fields"):
+        ModelSpec.from_dict(dict(d, colour="red"))
+    with pytest.raises(ValueError, match="not valid JSON"):
+        ModelSpec.from_json("{")
+    with pytest.raises(ValueError, match="unknown model options"):
+        build_model("diffnea/viscous/weak", cartpole, guide="delta")
+    with pytest.raises(ValueError, match="has no robot"):
+        build(ModelSpec.parse("diffnea/viscous/weak"))
+
+
+def test_capabilities_decide_what_applies(cartpole):
+    """Inverse dynamics need an invertible actuator and a non-black-box family; the attributes
+    answer, so a new component needs no edits elsewhere."""
+    model = build_model("diffnea/stribeck/weak", cartpole)
+    assert model.actuator.invertible and not model.family.black_box
+    assert model.actuator.linear_coefficients is None and model.family.linear_in_theta
+    assert build_model("diffnea/viscous/weak", cartpole, likelihood="inverse").linear_exact
+    assert not build_model(
+        "nokin-diffnea/viscous/weak", cartpole, likelihood="inverse"
+    ).linear_exact
+    assert not build_model(
+        "diffnea/viscous/weak", cartpole, likelihood="inverse", noise="student-t"
+    ).linear_exact
+    with pytest.raises(ValueError, match="no closed-form inverse"):
+        build_model("diffnea/ffnn/weak", cartpole, likelihood="inverse")
+    with pytest.raises(ValueError, match="no inverse dynamics"):
+        build_model("ffnn", cartpole, likelihood="inverse")
+
+
+def _round_trip(name, i, robot, dataset, tmp_path):
+    model = build_model(name, robot, dt=1.0 / dataset.rate_hz, **_options(i, name))
+    fit = fit_svi(
+        model,
+        dataset,
+        key=i,
+        steps=3,
+        chunk_size=3,
+        num_predictive=0,
+        log_likelihood=False,
+        progress=False,
+    )
+    path = tmp_path / f"{i}.nc"
+    save_result(fit, path)
+    loaded = load_result(path)
+    rebuilt = loaded.model()
+    assert rebuilt.spec == model.spec
+    data = model.prepare(dataset)
+    draw = jax.tree.map(lambda x: x[0], loaded.posterior_samples())
+    lp0, _ = log_density(model.model, (data,), {}, draw)
+    lp1, _ = log_density(rebuilt.model, (rebuilt.prepare(dataset),), {}, draw)
+    assert np.isfinite(float(lp0)) and float(lp0) == float(lp1)
+    draws = loaded.posterior_samples()
+    q0 = jnp.array([0.0, 2.0])
+    a = posterior_rollouts(model.qdd_fn, draws, q0, jnp.zeros(2), steps=20)
+    b = posterior_rollouts(rebuilt.qdd_fn, draws, q0, jnp.zeros(2), steps=20)
+    np.testing.assert_array_equal(np.asarray(a.q), np.asarray(b.q))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        n if n in FAST_ROUND_TRIP else pytest.param(n, marks=pytest.mark.slow)
+        for n in variant_names()
+    ],
+)
+def test_every_variant_round_trips_bit_identically(name, cartpole, trajectories, tmp_path):
+    _round_trip(name, variant_names().index(name), cartpole, trajectories, tmp_path)
+
+
+def test_user_urdf_named_like_a_builtin_keeps_its_own_parameters(cartpole, tmp_path):
+    """A URDF robot called "cartpole" with other masses and damping comes back as itself."""
+    theta = np.array(cartpole.nominal.theta)
+    theta[0] *= 0.64 / theta[0, 0]  # cart mass 0.64 kg instead of the built-in's
+    theta[1, :] *= 1.3
+    urdf = bn.to_urdf(cartpole.replace(damping=(5.0, 0.0)), cartpole.nominal._replace(theta=theta))
+    user = bn.load_urdf(urdf)
+    assert user.name == "cartpole"
+    q, qd, _ = bn.sample_states(user, 0, 64)
+    tau = jax.random.normal(jax.random.key(1), q.shape) * jnp.array([2.0, 0.0])
+    qdd = jax.vmap(lambda a, b, c: bn.aba(user, a, b, c))(q, qd, tau)
+    data = ModelData(q, qd, qdd, tau)
+    model = build_model("diffnea/ideal/informative", user)
+    fit = fit_svi(model, data, key=0, steps=5, num_predictive=0, progress=False)
+    save_result(fit, tmp_path / "user.nc")
+    loaded = load_result(tmp_path / "user.nc")
+    robot = loaded.robot()
+    np.testing.assert_array_equal(robot.nominal.theta, user.nominal.theta)
+    assert robot.damping == (5.0, 0.0)
+    assert not np.allclose(robot.nominal.theta, cartpole.nominal.theta)
+    draw = jax.tree.map(lambda x: x[0], loaded.posterior_samples())
+    pred = jax.vmap(loaded.model().qdd_fn(draw))(q, qd, tau)
+    np.testing.assert_array_equal(pred, jax.vmap(model.qdd_fn(draw))(q, qd, tau))
+    # the prior is centred on the URDF's parameters, not the built-in cart-pole's
+    np.testing.assert_allclose(
+        loaded.model().family.params(model.init_sample()).theta,
+        user.nominal.theta,
+        rtol=1e-9,
+        atol=1e-15,
+    )
+
+
+def test_old_format_results_are_refused(cartpole, trajectories, tmp_path):
+    model = build_model("diffnea/ideal/informative", cartpole)
+    fit = fit_svi(model, trajectories, key=0, steps=2, num_predictive=0, progress=False)
+    fit.idata.attrs["schema_version"] = 1
+    save_result(fit, tmp_path / "old.nc")
+    with pytest.raises(ValueError, match="format 1.*fit it again"):
+        load_result(tmp_path / "old.nc")
+
+
+def test_rollout_likelihood_is_fittable_by_svi_and_nuts(cartpole, trajectories):
+    model = build_model(
+        "diffnea/viscous/informative",
+        cartpole,
+        likelihood="rollout",
+        horizon=4,
+        dt=1.0 / trajectories.rate_hz,
+    )
+    windows = model.prepare(trajectories)
+    assert windows.q.ndim == 3 and windows.q.shape[1] == 5
+    svi = fit_svi(model, trajectories, key=0, steps=200, num_predictive=0, progress=False)
+    assert set(svi.idata["log_likelihood"].data_vars) == {"obs_q", "obs_qd"}
+    nuts = fit_nuts(
+        model,
+        trajectories,
+        key=1,
+        init=svi,
+        num_warmup=20,
+        num_samples=20,
+        num_chains=1,
+        num_predictive=4,
+        progress=False,
+    )
+    assert np.isfinite(nuts.posterior_samples()["actuator/log_viscous_z"]).all()
+    with pytest.raises(ValueError, match="sampled at"):
+        build_model("diffnea/viscous/informative", cartpole, likelihood="rollout", dt=0.01).prepare(
+            trajectories
+        )
+    uniform = generate_dataset("cartpole", "uniform", seed=0, duration=0.2)
+    with pytest.raises(ValueError, match="not trajectories"):
+        model.prepare(uniform)
+
+
+def test_sufficient_statistics_are_used_and_exact(cartpole, trajectories):
+    """fit_svi conditions a linear model on its sufficient statistics automatically; the MAP
+    equals the per-sample likelihood's to rounding."""
+    exact = build_model("diffnea/viscous/informative", cartpole, likelihood="inverse")
+    assert exact.linear_exact
+    per_sample = dataclasses.replace(exact, likelihood=Inverse())
+    assert not per_sample.linear_exact
+    data = model_data(trajectories)
+    fits = [
+        fit_svi(m, data, key=0, steps=300, num_predictive=0, progress=False)
+        for m in (exact, per_sample)
+    ]
+    a, b = (f.posterior_samples() for f in fits)
+    for site in a:
+        np.testing.assert_allclose(a[site], b[site], rtol=1e-6, atol=1e-8)
+    # the pointwise log-likelihood of the exact fit is still per sample
+    assert fits[0].idata["log_likelihood"]["obs_tau"].shape[-2] == data.q.shape[0]
+    assert json.loads(fits[0].idata.attrs["model_spec"])["likelihood"] == "inverse"
