@@ -25,8 +25,20 @@ SUBCOMMANDS = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line on stderr (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(message: str) -> str:
+    """``message`` with its line breaks folded, for a one-line error."""
+    return " ".join(str(message).split())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bayes-nea",
         description="Bayesian identification of robot multi-body dynamics.",
     )
@@ -65,9 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args._run(args) or 0)
-    except ValueError as err:
-        print(f"bayes-nea {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except ValueError as err:  # the library's bad-input errors name the file or argument
+        message = str(err)
+    except OSError as err:  # a file system refusal that no check caught first
+        where = f" {err.filename!r}" if err.filename else ""
+        message = f"{err.strerror or err}{where}"
+    except MemoryError:
+        message = "out of memory: use smaller sizes (duration, draws, samples)"
+    print(f"bayes-nea {args.command}: error: {one_line(message)}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
