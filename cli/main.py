@@ -25,11 +25,15 @@ SUBCOMMANDS = (
 )
 
 
+class _UsageError(Exception):
+    """A command-line argument that does not parse (reported by :func:`main` as one line)."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line on stderr (exit status 2)."""
+    """An ``ArgumentParser`` whose errors reach :func:`main` (one line on stderr, status 2)."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+        raise _UsageError(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)")
 
 
 def one_line(message: str) -> str:
@@ -71,7 +75,11 @@ def prefer_single_threaded_xla_kernels() -> None:
 def main(argv: list[str] | None = None) -> int:
     prefer_single_threaded_xla_kernels()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as err:
+        print(err, file=sys.stderr)
+        return 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

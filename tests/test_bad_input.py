@@ -13,6 +13,8 @@ import dataclasses
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +27,9 @@ import xarray as xr
 import bayes_nea as bn
 import data
 import data.io as dio
+from analysis.benchmark import _cell_lock, cell_id, get_settings, run_benchmark
+from analysis.workflows import check_controller_result, rollout_result
+from cli.check_controller import finite_or_null
 from cli.main import main
 from inference import load_result, save_result
 from inference.result import result_from_tree
@@ -592,6 +597,21 @@ LIBRARY_CASES = [
         ("plain.nc", "not a bayes-nea fit result"),
     ),
     Case(
+        "rollout_result max_draws=0",
+        lambda f, t: rollout_result(f["fit"], out=t / "r.png", max_draws=0),
+        ("max_draws", "0"),
+    ),
+    Case(
+        "check_controller_result max_draws=0",
+        lambda f, t: check_controller_result(f["fit"], max_draws=0),
+        ("max_draws", "0"),
+    ),
+    Case(
+        "check_controller_result seconds=inf",
+        lambda f, t: check_controller_result(f["fit"], seconds=float("inf")),
+        ("seconds", "inf"),
+    ),
+    Case(
         "save_result to a folder",
         lambda f, t: save_result(fake_result(), f["folder"]),
         ("folder", "directory"),
@@ -900,10 +920,7 @@ CLI_MATCH = {
 @pytest.mark.parametrize("name", sorted(CLI_MATCH))
 def test_command_line_refuses_bad_input(name, files, tmp_path, capsys):
     argv = _cli_args(files, tmp_path)[name]
-    try:
-        code = main(argv)
-    except SystemExit as exit_:  # argparse
-        code = exit_.code
+    code = main(argv)  # argument errors too are returned, not raised as SystemExit
     err = capsys.readouterr().err
     assert code == 2, err
     lines = err.strip().splitlines()
@@ -911,6 +928,18 @@ def test_command_line_refuses_bad_input(name, files, tmp_path, capsys):
     for part in CLI_MATCH[name]:
         assert part in lines[0], f"{part!r} not in {lines[0]!r}"
     assert not (tmp_path / "o.nc").exists() and not (tmp_path / "ok.npz").exists()
+
+
+def test_command_line_process_exits_2_without_traceback(tmp_path):
+    """As a user runs it: a separate process, the absurd duration that once aborted inside XLA."""
+    argv = ["simulate", "--duration", "1e9", "--out", str(tmp_path / "x.npz")]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", *argv], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "--duration" in proc.stderr, proc.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def test_cli_table_matches_its_arguments(files, tmp_path):
@@ -954,9 +983,17 @@ def test_files_are_0644_and_no_temporaries_survive(files, tmp_path):
     assert sorted(os.listdir(tmp_path)) == sorted([live.name, "z.npz"])
 
 
-def test_check_controller_summary_is_strict_json():
-    from cli.check_controller import finite_or_null
+def test_old_result_reads_unverified_on_request(tmp_path):
+    path = tmp_path / "old.nc"
+    fake_result().idata.to_netcdf(path, engine="h5netcdf")
+    back = load_result(path, verify=False)
+    assert back.system == "cartpole" and back.variant == "diffnea/viscous/informative"
+    np.testing.assert_array_equal(
+        back.idata["posterior"]["theta"].values, fake_result().idata["posterior"]["theta"].values
+    )
 
+
+def test_check_controller_summary_is_strict_json():
     text = json.dumps(
         finite_or_null({"success_rate": float("nan"), "q": [1.0, np.float64(np.inf)]}),
         allow_nan=False,
@@ -976,8 +1013,6 @@ def _logging_cell(cell, settings):
 
 
 def test_two_concurrent_benchmark_runs_share_the_cells(tmp_path, monkeypatch):
-    from analysis.benchmark import run_benchmark
-
     monkeypatch.setenv("BAD_INPUT_CELL_LOG", str(tmp_path / "log.txt"))
     out = tmp_path / "bench"
     variants = tuple(f"v{i}/a/p" for i in range(4))
@@ -1024,8 +1059,6 @@ def test_two_concurrent_benchmark_runs_share_the_cells(tmp_path, monkeypatch):
 def test_a_run_waits_for_a_cell_another_run_holds(tmp_path, monkeypatch):
     """Deterministic: the test holds one cell's lock (as another run computing it) and writes that
     cell's record before releasing; the run must wait for it, keep it and not compute it."""
-    from analysis.benchmark import _cell_lock, cell_id, get_settings, run_benchmark
-
     monkeypatch.setenv("BAD_INPUT_CELL_LOG", str(tmp_path / "log.txt"))
     out = tmp_path / "bench"
     (out / "cells").mkdir(parents=True)
