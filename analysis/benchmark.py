@@ -22,10 +22,8 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
-from data.io import remove_stale_temporaries
-from data.io import write_json_atomic as _write_json
+from data.io import remove_stale_temporaries, write_json_atomic
 
 SYSTEMS = ("cartpole", "furuta")
 DATASET_KINDS = ("uniform", "trajectories", "hardware")
@@ -151,12 +149,6 @@ def make_grid(
         for d in datasets
         for v in variants
     ]
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as JSON atomically (:func:`data.io.write_json_atomic`; NaN allowed, as cell
-    metrics may hold it)."""
-    _write_json(path, obj, allow_nan=True)
 
 
 def read_cell(path: str | os.PathLike) -> dict | None:

@@ -452,8 +452,12 @@ def tree_checksum(tree: xr.DataTree) -> str:
             ds = node.to_dataset()
             for name in sorted(map(str, ds.variables)):
                 yield f"{node.path}:{name}", _canonical(ds.variables[name].values)
-            attrs = {k: str(v) for k, v in node.attrs.items() if k != CHECKSUM_ATTR}
-            text = json.dumps(attrs, sort_keys=True).encode("utf-8")
+            attrs = {
+                str(k): v if isinstance(v, str) else np.asarray(v).tolist()
+                for k, v in node.attrs.items()
+                if k != CHECKSUM_ATTR
+            }
+            text = json.dumps(attrs, sort_keys=True, default=str).encode("utf-8")
             yield f"{node.path}:attrs", np.frombuffer(text, np.uint8)
 
     return checksum_arrays(items())

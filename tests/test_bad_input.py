@@ -983,6 +983,15 @@ def test_files_are_0644_and_no_temporaries_survive(files, tmp_path):
     assert sorted(os.listdir(tmp_path)) == sorted([live.name, "z.npz"])
 
 
+def test_result_checksum_survives_the_round_trip_of_attribute_types(tmp_path):
+    result = fake_result()
+    result.idata.attrs.update(n=3, x=0.1, numbers=[1, 2], names=["a", "b"], arr=np.arange(3.0))
+    result.idata["posterior"].attrs["note"] = "group attribute"
+    save_result(result, tmp_path / "typed.nc")
+    back = load_result(tmp_path / "typed.nc")
+    assert back.idata.attrs["n"] == 3 and list(back.idata.attrs["names"]) == ["a", "b"]
+
+
 def test_old_result_reads_unverified_on_request(tmp_path):
     path = tmp_path / "old.nc"
     fake_result().idata.to_netcdf(path, engine="h5netcdf")
