@@ -87,7 +87,9 @@ def check_output_path(path: str | os.PathLike, what: str = "output file") -> str
         problem = "is not a directory" if os.path.exists(directory) else "does not exist"
         raise ValueError(f"{what} {path!r}: its folder {directory!r} {problem}")
     try:
-        fd, probe = tempfile.mkstemp(prefix=".probe-", suffix=".tmp", dir=directory)
+        fd, probe = tempfile.mkstemp(  # named like write_atomic's: removed if left by a kill
+            prefix=f".probe.{_HOST}-{os.getpid()}-", suffix=".tmp", dir=directory
+        )
     except OSError as err:
         raise ValueError(
             f"{what} {path!r}: cannot write in {directory!r} ({err.strerror or err})"
