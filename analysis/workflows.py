@@ -9,6 +9,14 @@ from pathlib import Path
 import numpy as np
 
 
+def _check_draws_and_seconds(max_draws, seconds) -> None:
+    """Refuse ``max_draws < 1`` (no draws: NaN rates) and non-positive or non-finite durations."""
+    if isinstance(max_draws, bool) or not isinstance(max_draws, int | np.integer) or max_draws < 1:
+        raise ValueError(f"max_draws must be an integer >= 1, got {max_draws!r}")
+    if not (isinstance(seconds, int | float | np.number) and 0 < float(seconds) < np.inf):
+        raise ValueError(f"seconds must be a positive finite number, got {seconds!r}")
+
+
 def rollout_result(
     result_path: str | os.PathLike,
     *,
@@ -35,6 +43,7 @@ def rollout_result(
     from analysis.rollouts import credible_band, make_rollout_fn
     from inference import load_result
 
+    _check_draws_and_seconds(max_draws, seconds)
     result = load_result(result_path)
     bm = result.model()
     robot = bm.robot
@@ -105,6 +114,7 @@ def check_controller_result(
     from analysis.rollouts import credible_band
     from inference import load_result
 
+    _check_draws_and_seconds(max_draws, seconds)
     result = load_result(result_path)
     bm = result.model()
     robot = bm.robot
