@@ -13,15 +13,17 @@ fits and scores a real model; tests pass cheap functions to exercise the engine.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+
+from data.io import remove_stale_temporaries, write_json_atomic
 
 SYSTEMS = ("cartpole", "furuta")
 DATASET_KINDS = ("uniform", "trajectories", "hardware")
@@ -147,24 +149,6 @@ def make_grid(
     ]
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as JSON to a temporary file in the same folder, then ``os.replace`` it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, allow_nan=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def read_cell(path: str | os.PathLike) -> dict | None:
     """A cell file's record, or None if it is missing, unreadable or from another schema."""
     try:
@@ -177,26 +161,56 @@ def read_cell(path: str | os.PathLike) -> dict | None:
     return record
 
 
-def _run_cell(cell_fn: Callable, cell: dict, settings: dict, path: str) -> dict:
-    """Worker side: run one cell, write its record atomically, return it. Exceptions (not
-    interrupts) become a record with status "error", which the next run retries."""
-    start = time.perf_counter()
+@contextlib.contextmanager
+def _cell_lock(path: str, *, wait: bool):
+    """Hold an exclusive lock on cell ``path`` (``flock`` of the hidden ``.<id>.lock`` beside it);
+    yields False without waiting when another process (or run) holds it and ``wait`` is False.
+    The kernel releases the lock when its holder dies, so a killed run leaves no stale lock."""
+    lock_path = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")
+    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
     try:
-        metrics = cell_fn(cell, settings)
-        status, error = "ok", None
-    except Exception as err:  # a failed cell must not stop the sweep
-        metrics, status, error = {}, "error", f"{type(err).__name__}: {err}"
-    record = {
-        "schema": CELL_SCHEMA,
-        "cell": cell,
-        "settings": settings,
-        "status": status,
-        "error": error,
-        "seconds": time.perf_counter() - start,
-        "metrics": metrics,
-    }
-    write_json_atomic(path, record)
-    return record
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _run_cell(
+    cell_fn: Callable, cell: dict, settings: dict, path: str, wait: bool = False
+) -> tuple[str, dict | None]:
+    """Worker side: run one cell under its lock, write its record atomically, return it.
+
+    Returns ``("ran", record)``; ``("done", record)`` when the cell file already holds a finished
+    record for these settings (another run computed it); ``("busy", None)`` when another run holds
+    the cell's lock and ``wait`` is False. Exceptions (not interrupts) of ``cell_fn`` become a
+    record with status "error", which the next run retries."""
+    with _cell_lock(path, wait=wait) as locked:
+        if not locked:
+            return "busy", None
+        record = read_cell(path)
+        if record and record["status"] == "ok" and record.get("settings") == settings:
+            return "done", record
+        start = time.perf_counter()
+        try:
+            metrics = cell_fn(cell, settings)
+            status, error = "ok", None
+        except Exception as err:  # a failed cell must not stop the sweep
+            metrics, status, error = {}, "error", f"{type(err).__name__}: {err}"
+        record = {
+            "schema": CELL_SCHEMA,
+            "cell": cell,
+            "settings": settings,
+            "status": status,
+            "error": error,
+            "seconds": time.perf_counter() - start,
+            "metrics": metrics,
+        }
+        write_json_atomic(path, record)
+        return "ran", record
 
 
 def _progress_line(done: int, total: int, skipped: int, started: float, failed: int) -> str:
@@ -219,7 +233,8 @@ class BenchmarkRun:
     Fields:
         out_dir: the output folder; cells are in ``out_dir/cells``.
         records: every cell's record (in grid order), including kept ones.
-        ran: ids of cells computed in this run. kept: ids of finished cells that were skipped.
+        ran: ids of cells computed in this run. kept: ids of finished cells that were skipped
+            (found finished at the start, or computed meanwhile by another run on the folder).
         seconds: wall time of this run.
     """
 
@@ -263,6 +278,10 @@ def run_benchmark(
         progress: print a progress line (cells done / total, time left) to stderr.
     Returns:
         :class:`BenchmarkRun`. Cells whose file holds status "ok" for the same settings are kept.
+
+    Several runs may share one folder (at once): each cell is computed under a lock
+    (``cells/.<id>.json.lock``), so it is computed once, and each run waits for the cells another
+    run is computing and reports them as kept. Only temporaries of dead writers are removed.
     """
     from dask.distributed import Client, LocalCluster, as_completed
 
@@ -275,9 +294,16 @@ def run_benchmark(
         cell_fn = fit_cell
     out_dir = Path(out_dir)
     cells_dir = out_dir / "cells"
-    cells_dir.mkdir(parents=True, exist_ok=True)
-    for stale in cells_dir.glob(".*.tmp"):  # left by a run killed mid-write
-        stale.unlink()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"benchmark output folder {str(out_dir)!r} is a file, not a folder")
+    try:
+        cells_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(
+            f"cannot create the benchmark folder {str(cells_dir)!r}: {err.strerror or err}"
+        ) from None
+    # temporaries of killed runs only: another live run may be writing into the same folder
+    remove_stale_temporaries(cells_dir)
     write_json_atomic(out_dir / "settings.json", settings_dict)
 
     records: dict[str, dict] = {}
@@ -288,7 +314,7 @@ def run_benchmark(
             records[cell["id"]] = record
         else:
             todo.append(cell)
-    kept = tuple(records)
+    kept = list(records)
     started = time.perf_counter()
     ran: list[str] = []
     failed = 0
@@ -314,26 +340,36 @@ def run_benchmark(
             client = Client(scheduler)
         futures = []
         try:
-            futures = [
-                client.submit(
-                    _run_cell,
-                    cell_fn,
-                    cell,
-                    settings_dict,
-                    str(cells_dir / f"{cell['id']}.json"),
-                    key=f"cell-{cell['id']}",
-                    pure=False,
-                )
-                for cell in todo
-            ]
-            for future in as_completed(futures):
-                record = future.result()  # an interrupt inside a cell propagates here
-                records[record["cell"]["id"]] = record
-                ran.append(record["cell"]["id"])
-                failed += record["status"] != "ok"
-                if progress:
-                    line = _progress_line(len(records), total, len(kept), started, failed)
-                    print(line, end="", file=sys.stderr, flush=True)
+            # first pass: cells locked by another run are left to it ("busy"); second pass: wait
+            # for their locks and take the other run's record (or compute a cell it failed)
+            for wait in (False, True):
+                futures = [
+                    client.submit(
+                        _run_cell,
+                        cell_fn,
+                        cell,
+                        settings_dict,
+                        str(cells_dir / f"{cell['id']}.json"),
+                        wait,
+                        key=f"cell-{cell['id']}{'-wait' if wait else ''}",
+                        pure=False,
+                    )
+                    for cell in todo
+                ]
+                for future in as_completed(futures):
+                    outcome, record = future.result()  # an interrupt inside a cell propagates
+                    if outcome == "busy":
+                        continue
+                    cid = record["cell"]["id"]
+                    records[cid] = record
+                    (ran if outcome == "ran" else kept).append(cid)
+                    failed += record["status"] != "ok"
+                    if progress:
+                        line = _progress_line(len(records), total, len(kept), started, failed)
+                        print(line, end="", file=sys.stderr, flush=True)
+                todo = [c for c in todo if c["id"] not in records]
+                if not todo:
+                    break
         finally:
             for future in futures:
                 future.cancel()
@@ -346,7 +382,7 @@ def run_benchmark(
         out_dir=out_dir,
         records=tuple(records[c["id"]] for c in grid if c["id"] in records),
         ran=tuple(ran),
-        kept=kept,
+        kept=tuple(kept),
         seconds=time.perf_counter() - started,
     )
 

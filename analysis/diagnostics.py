@@ -14,6 +14,7 @@ import numpy as np
 
 import inference  # noqa: F401  (numpyro before arviz)
 from analysis.rollouts import finite_draws, thin_draws
+from data.io import write_atomic
 
 
 def summary(result, *, physical: bool = True, var_names=None):
@@ -81,20 +82,8 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
 
 
 def _save_collection(pc, path: Path) -> Path:
-    """Save an arviz-plots PlotCollection as PNG atomically (temporary file, then rename)."""
-    import os
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        pc.savefig(tmp, dpi=110)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    """Save an arviz-plots PlotCollection as PNG atomically (:func:`data.io.write_atomic`)."""
+    write_atomic(path, lambda tmp: pc.savefig(tmp, dpi=110, format="png"), by_path=True)
     return path
 
 

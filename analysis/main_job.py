@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
+
+from data.io import write_text_atomic
 
 SIZES = {
     False: {
@@ -181,25 +182,13 @@ def run_main_job(
         f"Total time {time.perf_counter() - t0:.0f} s.",
     ]
     paths["report"] = out / "report.md"
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".report.md.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, paths["report"])
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".metrics.json.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(
-            {
-                "metrics": {k: v for k, v in metrics.items() if k != "band"},
-                "ppc": ppc,
-                "convergence": conv,
-            },
-            f,
-            indent=1,
-            default=float,
-        )
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, out / "metrics.json")
+    write_text_atomic(paths["report"], "\n".join(lines) + "\n")
+    metrics_json = {
+        "metrics": {k: v for k, v in metrics.items() if k != "band"},
+        "ppc": ppc,
+        "convergence": conv,
+    }
+    write_text_atomic(out / "metrics.json", json.dumps(metrics_json, indent=1, default=float))
     say(
         f"\nwrote {', '.join(str(p) for p in paths.values())} (in {time.perf_counter() - t0:.0f} s)"
     )

@@ -7,7 +7,6 @@ Every function writes one PNG atomically (temporary file, then ``os.replace``) a
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -15,6 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from data.io import write_atomic  # noqa: E402
 
 CLASS_COLOURS = {
     "conserving": "tab:blue",
@@ -31,19 +32,12 @@ def joint_unit(robot, i: int, *, derivative: int = 0) -> str:
 
 
 def save_figure(fig, path: str | os.PathLike, *, dpi: int = 120) -> Path:
-    """Save ``fig`` as PNG atomically and close it."""
+    """Save ``fig`` as PNG atomically (:func:`data.io.write_atomic`) and close it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=dpi, format="png", bbox_inches="tight")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        write_atomic(path, lambda f: fig.savefig(f, dpi=dpi, format="png", bbox_inches="tight"))
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

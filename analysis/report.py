@@ -9,12 +9,12 @@ little. :func:`conclusions` computes each from the cell records; :func:`write_re
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from analysis.benchmark import load_records
+from data.io import write_text_atomic
 
 
 def _get(record: dict, key: str):
@@ -310,10 +310,5 @@ def write_report(
                 "",
             ]
     text = "\n".join(lines) + "\n"
-    fd, tmp = tempfile.mkstemp(
-        dir=report_path.parent, prefix=f".{report_path.name}.", suffix=".tmp"
-    )
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, report_path)
+    write_text_atomic(report_path, text)
     return report_path

@@ -18,6 +18,14 @@ from analysis.rollouts import credible_band, make_rollout_fn, num_draws, thin_dr
 from inference import load_result
 
 
+def _check_draws_and_seconds(max_draws, seconds) -> None:
+    """Refuse ``max_draws < 1`` (no draws: NaN rates) and non-positive or non-finite durations."""
+    if isinstance(max_draws, bool) or not isinstance(max_draws, int | np.integer) or max_draws < 1:
+        raise ValueError(f"max_draws must be an integer >= 1, got {max_draws!r}")
+    if not (isinstance(seconds, int | float | np.number) and 0 < float(seconds) < np.inf):
+        raise ValueError(f"seconds must be a positive finite number, got {seconds!r}")
+
+
 def rollout_result(
     result_path: str | os.PathLike,
     *,
@@ -34,6 +42,7 @@ def rollout_result(
     Returns:
         {"figure": path, "energy": {class: fraction}, "label": str, "finite_fraction": float}.
     """
+    _check_draws_and_seconds(max_draws, seconds)
     result = load_result(result_path)
     bm = result.model()
     robot = bm.robot
@@ -93,6 +102,7 @@ def check_controller_result(
         ``"figure"`` when ``out`` is given (closed-loop bands) and ``"true_system"`` when
         ``dataset`` is given.
     """
+    _check_draws_and_seconds(max_draws, seconds)
     result = load_result(result_path)
     bm = result.model()
     robot = bm.robot

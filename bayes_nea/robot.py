@@ -229,6 +229,14 @@ def make_robot(
     for label, arr in (("theta", theta), ("rpy", rpy), ("xyz", xyz)):
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"robot {name!r}: nominal {label} contains NaN or inf")
+    try:
+        g = np.asarray(gravity, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"robot {name!r}: gravity {gravity!r} is not 3 numbers") from None
+    if g.shape != (3,) or not np.all(np.isfinite(g)) or np.linalg.norm(g) > 1e3:
+        raise ValueError(
+            f"robot {name!r}: gravity must be 3 finite numbers (m/s^2, |g| <= 1e3), got {gravity!r}"
+        )
     return Robot(
         name=name,
         joint_names=tuple(joint_names),

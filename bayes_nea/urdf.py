@@ -68,10 +68,21 @@ def _origin(elem, what: str) -> tuple[np.ndarray, np.ndarray]:
         return np.eye(3), np.zeros(3)
     rpy = _floats(o.get("rpy"), 3, [0, 0, 0], f"{what} origin rpy")
     xyz = _floats(o.get("xyz"), 3, [0, 0, 0], f"{what} origin xyz")
+    if np.abs(xyz).max() > MAX_LENGTH or np.abs(rpy).max() > 1e3:
+        raise ValueError(
+            f"malformed URDF: {what} origin xyz={o.get('xyz')!r} rpy={o.get('rpy')!r} is "
+            f"implausible (offsets beyond {MAX_LENGTH:g} m or angles beyond 1e3 rad)"
+        )
     return _rpy_matrix(rpy), xyz
 
 
 _UNBOUNDED = 1e300  # limits at or beyond this magnitude mean "no limit" (see to_urdf)
+MAX_URDF_BYTES = 64 * 2**20
+"""Largest URDF accepted (bytes); the biggest real robot descriptions are a few MB."""
+MAX_MASS = 1e6
+"""Largest link mass (kg) and inertia entry (kg m^2) accepted: beyond any robot link."""
+MAX_LENGTH = 1e4
+"""Largest joint or centre-of-mass offset (m) accepted."""
 
 
 def _attr(elem, name: str, default: float, what: str) -> float:
@@ -97,10 +108,16 @@ def _link_inertia(link) -> tuple[float, np.ndarray, np.ndarray]:
     mass = _attr(inertial.find("mass"), "value", 0.0, f"link {name!r} mass")
     if mass < 0:
         raise ValueError(f"link {name!r} has negative mass {mass}")
+    if mass > MAX_MASS:
+        raise ValueError(f"link {name!r} has an implausible mass {mass:g} kg (> {MAX_MASS:g})")
     R, c = _origin(inertial, f"link {name!r} inertial")
     i = inertial.find("inertia")
     keys = ("ixx", "ixy", "ixz", "iyy", "iyz", "izz")
     ixx, ixy, ixz, iyy, iyz, izz = (_attr(i, k, 0.0, f"link {name!r} inertia") for k in keys)
+    if max(abs(v) for v in (ixx, ixy, ixz, iyy, iyz, izz)) > MAX_MASS:
+        raise ValueError(
+            f"link {name!r} has an implausible inertia (an entry beyond {MAX_MASS:g} kg m^2)"
+        )
     I = np.array([[ixx, ixy, ixz], [ixy, iyy, iyz], [ixz, iyz, izz]])
     return mass, c, R @ I @ R.T
 
@@ -130,6 +147,22 @@ class _Body:
         return np.array([self.mass, *h, I[0, 0], I[0, 1], I[1, 1], I[0, 2], I[1, 2], I[2, 2]])
 
 
+def _read_urdf_file(path) -> bytes:
+    """The bytes of a URDF file (the XML parser decodes them by their declared encoding)."""
+    if os.path.isdir(path):
+        raise ValueError(f"URDF path {path!r} is a directory, not a file")
+    if not os.path.isfile(path):
+        raise ValueError(f"URDF file {path!r} does not exist")
+    size = os.path.getsize(path)
+    if size > MAX_URDF_BYTES:
+        raise ValueError(f"URDF file {path!r} is {size} bytes, more than {MAX_URDF_BYTES}")
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as err:
+        raise ValueError(f"cannot read URDF file {path!r}: {err.strerror or err}") from None
+
+
 def load_urdf(
     source: str | os.PathLike,
     *,
@@ -152,14 +185,24 @@ def load_urdf(
             loops or several roots; unlocked mimic joints; unknown names in ``lock_joints``;
             movable joints that carry no inertia.
     """
-    text = os.fspath(source)
-    if text.lstrip().startswith("<"):
-        xml_text, label = text, "<string>"
+    if isinstance(source, bytes | bytearray):
+        xml_text, label = bytes(source), "<bytes>"
+    elif isinstance(source, str | os.PathLike):
+        text = os.fspath(source)
+        if isinstance(text, str) and text.lstrip().startswith("<"):
+            xml_text, label = text, "<string>"
+        else:
+            xml_text, label = _read_urdf_file(text), os.fsdecode(text)
     else:
-        if not os.path.isfile(text):
-            raise ValueError(f"URDF file {text!r} does not exist")
-        with open(text, encoding="utf-8") as fh:
-            xml_text, label = fh.read(), text
+        raise ValueError(f"load_urdf expects a file path or URDF text, got {type(source).__name__}")
+    if len(xml_text) > MAX_URDF_BYTES:
+        raise ValueError(f"URDF {label} is larger than {MAX_URDF_BYTES} bytes")
+    markup = xml_text if isinstance(xml_text, str) else xml_text.decode("latin-1")
+    if "<!DOCTYPE" in markup or "<!ENTITY" in markup:
+        raise ValueError(
+            f"URDF {label} declares a DOCTYPE or XML entities; these are refused (entity "
+            "expansion and external entities are an attack vector, and URDF needs neither)"
+        )
     try:
         root = ET.fromstring(xml_text)
     except ET.ParseError as err:
@@ -229,64 +272,73 @@ def load_urdf(
     damping, friction, lower, upper, vel, effort = [], [], [], [], [], []
     reached = set()
 
-    def visit(link_name: str, body: int, R_bl: np.ndarray, p_bl: np.ndarray) -> None:
-        """Attach ``link_name`` (frame (R_bl, p_bl) in body ``body``) and recurse."""
+    def attach(link_name: str, body: int, R_bl: np.ndarray, p_bl: np.ndarray) -> None:
+        """Add ``link_name`` (frame (R_bl, p_bl) in body ``body``); queue its child joints."""
         reached.add(link_name)
         if body >= 0:
             mass, com, inertia_com = _link_inertia(links[link_name])
             bodies[body].add(mass, com, inertia_com, R_bl, p_bl)
-        for jname in children_of[link_name]:
-            joint = joints[jname]
-            kind = joint.get("type")
-            child = joint.find("child").get("link")
-            R_o, p_o = _origin(joint, f"joint {jname!r}")
-            R_j, p_j = R_bl @ R_o, R_bl @ p_o + p_bl  # joint frame in the body frame
-            axis = _floats(
-                joint.find("axis").get("xyz") if joint.find("axis") is not None else None,
-                3,
-                [1, 0, 0],
-                f"joint {jname!r} axis",
-            )
-            if kind in _MOVABLE and jname not in lock_joints:
-                if joint.find("mimic") is not None:
-                    raise ValueError(
-                        f"joint {jname!r} mimics another joint; mimic joints are not supported, "
-                        "lock them with lock_joints"
-                    )
-                if np.linalg.norm(axis) < 1e-12:
-                    raise ValueError(f"joint {jname!r} has a zero axis")
-                axis = axis / np.linalg.norm(axis)
-                limit, dyn = joint.find("limit"), joint.find("dynamics")
-                names.append(jname)
-                body_names.append(child)
-                parents.append(body)
-                kinds.append(_MOVABLE[kind])
-                axes.append(axis)
-                rpys.append(_matrix_rpy(R_j))
-                xyzs.append(p_j)
-                continuous.append(kind == "continuous")
-                damping.append(_attr(dyn, "damping", 0.0, f"joint {jname!r} dynamics"))
-                friction.append(_attr(dyn, "friction", 0.0, f"joint {jname!r} dynamics"))
-                unlimited = kind == "continuous"
-                lower.append(-np.inf if unlimited else _attr(limit, "lower", -np.inf, jname))
-                upper.append(np.inf if unlimited else _attr(limit, "upper", np.inf, jname))
-                vel.append(_attr(limit, "velocity", np.inf, f"joint {jname!r} limit"))
-                effort.append(_attr(limit, "effort", np.inf, f"joint {jname!r} limit"))
-                bodies.append(_Body())
-                visit(child, len(bodies) - 1, np.eye(3), np.zeros(3))
-            else:
-                R_c, p_c = R_j, p_j
-                if kind in _MOVABLE:  # a locked joint: apply its motion at the given position
-                    value = float(lock_joints[jname])
-                    axis = axis / np.linalg.norm(axis)
-                    if kind == "prismatic":
-                        p_c = p_j + R_j @ (axis * value)
-                    else:
-                        K = _skew(axis)
-                        R_c = R_j @ (np.eye(3) + np.sin(value) * K + (1 - np.cos(value)) * K @ K)
-                visit(child, body, R_c, p_c)
+        # depth first, children in name order: pushed reversed onto the stack (no recursion, so a
+        # chain of thousands of links stays within Python's recursion limit)
+        for jname in reversed(children_of[link_name]):
+            stack.append((jname, body, R_bl, p_bl))
 
-    visit(roots[0], -1, np.eye(3), np.zeros(3))
+    def joint_step(jname: str, body: int, R_bl: np.ndarray, p_bl: np.ndarray) -> None:
+        """Process joint ``jname`` whose parent link has frame (R_bl, p_bl) in body ``body``."""
+        joint = joints[jname]
+        kind = joint.get("type")
+        child = joint.find("child").get("link")
+        R_o, p_o = _origin(joint, f"joint {jname!r}")
+        R_j, p_j = R_bl @ R_o, R_bl @ p_o + p_bl  # joint frame in the body frame
+        axis = _floats(
+            joint.find("axis").get("xyz") if joint.find("axis") is not None else None,
+            3,
+            [1, 0, 0],
+            f"joint {jname!r} axis",
+        )
+        if kind in _MOVABLE and jname not in lock_joints:
+            if joint.find("mimic") is not None:
+                raise ValueError(
+                    f"joint {jname!r} mimics another joint; mimic joints are not supported, "
+                    "lock them with lock_joints"
+                )
+            if np.linalg.norm(axis) < 1e-12:
+                raise ValueError(f"joint {jname!r} has a zero axis")
+            axis = axis / np.linalg.norm(axis)
+            limit, dyn = joint.find("limit"), joint.find("dynamics")
+            names.append(jname)
+            body_names.append(child)
+            parents.append(body)
+            kinds.append(_MOVABLE[kind])
+            axes.append(axis)
+            rpys.append(_matrix_rpy(R_j))
+            xyzs.append(p_j)
+            continuous.append(kind == "continuous")
+            damping.append(_attr(dyn, "damping", 0.0, f"joint {jname!r} dynamics"))
+            friction.append(_attr(dyn, "friction", 0.0, f"joint {jname!r} dynamics"))
+            unlimited = kind == "continuous"
+            lower.append(-np.inf if unlimited else _attr(limit, "lower", -np.inf, jname))
+            upper.append(np.inf if unlimited else _attr(limit, "upper", np.inf, jname))
+            vel.append(_attr(limit, "velocity", np.inf, f"joint {jname!r} limit"))
+            effort.append(_attr(limit, "effort", np.inf, f"joint {jname!r} limit"))
+            bodies.append(_Body())
+            attach(child, len(bodies) - 1, np.eye(3), np.zeros(3))
+        else:
+            R_c, p_c = R_j, p_j
+            if kind in _MOVABLE:  # a locked joint: apply its motion at the given position
+                value = float(lock_joints[jname])
+                axis = axis / np.linalg.norm(axis)
+                if kind == "prismatic":
+                    p_c = p_j + R_j @ (axis * value)
+                else:
+                    K = _skew(axis)
+                    R_c = R_j @ (np.eye(3) + np.sin(value) * K + (1 - np.cos(value)) * K @ K)
+            attach(child, body, R_c, p_c)
+
+    stack: list = []
+    attach(roots[0], -1, np.eye(3), np.zeros(3))
+    while stack:
+        joint_step(*stack.pop())
     if not names:
         raise ValueError(f"URDF {label} has no movable joints")
     theta = np.stack([b.theta() for b in bodies])

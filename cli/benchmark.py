@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cli._args import integer
+
 HELP = "run or resume the benchmark grid (26 variants x cart-pole/Furuta x 3 datasets) on dask"
 
 
@@ -28,10 +30,16 @@ def add_arguments(parser) -> None:
         help="address of a running dask scheduler (default: a local cluster)",
     )
     parser.add_argument(
-        "--workers", type=int, default=None, help="local worker processes (default: CPU count)"
+        "--workers",
+        type=integer(1, 1024),
+        default=None,
+        help="local worker processes (default: CPU count)",
     )
     parser.add_argument(
-        "--svi-steps", type=int, default=None, help="override the setting's SVI steps"
+        "--svi-steps",
+        type=integer(1, 10**7),
+        default=None,
+        help="override the setting's SVI steps",
     )
     parser.add_argument(
         "--no-report", action="store_true", help="do not write report.md afterwards"
@@ -39,8 +47,16 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from analysis.benchmark import DATASET_KINDS, SYSTEMS, run_benchmark
+    import os
 
+    from analysis.benchmark import DATASET_KINDS, SYSTEMS, run_benchmark
+    from models import variant_names
+
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(f"--out {args.out!r} is a file; give a folder")
+    unknown = sorted(set(args.variants or ()) - set(variant_names()))
+    if unknown:
+        raise ValueError(f"--variants: unknown {unknown}; see `bayes-nea variants`")
     overrides = {} if args.svi_steps is None else {"svi_steps": args.svi_steps}
     result = run_benchmark(
         args.out,

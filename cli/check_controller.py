@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import math
+
+from cli._args import integer, real
+
 HELP = "run the swing-up + LQR controller on every posterior draw of a fit; report success and settling"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("result", help="posterior file written by 'bayes-nea fit' (netCDF)")
-    parser.add_argument("--seconds", type=float, default=8.0, help="closed-loop duration, s")
-    parser.add_argument("--draws", type=int, default=500, help="at most this many draws")
+    parser.add_argument(
+        "--seconds",
+        type=real(0.0, 3600.0, open_low=True),
+        default=8.0,
+        help="closed-loop duration, s",
+    )
+    parser.add_argument(
+        "--draws", type=integer(1, 10**6), default=500, help="at most this many draws"
+    )
     parser.add_argument(
         "--out", default=None, help="optional figure path (PNG) of the closed-loop bands"
     )
@@ -28,12 +39,12 @@ def run(args) -> int:
     import json
 
     from analysis.workflows import check_controller_result
+    from data import load_dataset
+    from data.io import check_output_path
 
-    dataset = None
-    if args.data is not None:
-        from data import load_dataset
-
-        dataset = load_dataset(args.data)
+    if args.out is not None:
+        check_output_path(args.out, "--out")
+    dataset = None if args.data is None else load_dataset(args.data)
     summary = check_controller_result(
         args.result,
         seconds=args.seconds,
@@ -42,5 +53,18 @@ def run(args) -> int:
         respect_limits=args.respect_limits,
         dataset=dataset,
     )
-    print(json.dumps(summary, indent=1, default=str))
+    print(json.dumps(finite_or_null(summary), indent=1, default=str, allow_nan=False))
     return 0
+
+
+def finite_or_null(value):
+    """``value`` with NaN and infinities replaced by None (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        return finite_or_null(value.item())
+    return value

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from cli._args import real
+
 HELP = "simulate an uncontrolled swing of a built-in system with RK4 and print its energy drift"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--system", default="cartpole", help="cartpole or furuta")
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
-    parser.add_argument("--angle", type=float, default=2.0, help="initial pendulum angle, rad")
-    parser.add_argument("--rate", type=float, default=250.0, help="integration rate, Hz")
+    parser.add_argument(
+        "--duration", type=real(0.0, 1e5, open_low=True), default=10.0, help="seconds (default 10)"
+    )
+    parser.add_argument(
+        "--angle", type=real(-1e3, 1e3), default=2.0, help="initial pendulum angle, rad"
+    )
+    parser.add_argument(
+        "--rate", type=real(0.0, 1e5, open_low=True), default=250.0, help="integration rate, Hz"
+    )
 
 
 def run(args) -> int:
@@ -25,6 +33,11 @@ def run(args) -> int:
     if args.duration <= 0 or args.rate <= 0:
         raise ValueError("--duration and --rate must be positive")
     steps = int(round(args.duration * args.rate))
+    if not 1 <= steps <= 10**7:
+        raise ValueError(
+            f"--duration {args.duration:g} s at --rate {args.rate:g} Hz is {steps} steps; "
+            "give between 1 and 1e7"
+        )
     dt = 1.0 / args.rate
     q0 = jnp.zeros(robot.n).at[-1].set(args.angle)
     qd0 = jnp.zeros(robot.n)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cli._args import SEED, integer, real
+
 HELP = "fit a model variant to a dataset (SVI or NUTS) and save the posterior as netCDF"
 
 
@@ -12,16 +14,27 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, help="result file (.nc), written atomically")
     parser.add_argument("--likelihood", default=None, help="forward, inverse or rollout")
     parser.add_argument(
-        "--horizon", type=int, default=10, help="rollout likelihood: RK4 steps per window"
+        "--horizon", type=integer(1, 10**4), default=10, help="rollout likelihood: RK4 steps per window"
     )
     parser.add_argument("--noise", default="normal", help="noise model: normal or student-t")
     parser.add_argument("--geometry", default="whitened", help="latent geometry: whitened or centered")
     parser.add_argument("--guide", default="delta", help="SVI guide: delta, normal, mvn, lowrank")
-    parser.add_argument("--steps", type=int, default=3000, help="SVI steps (default 3000)")
-    parser.add_argument("--learning-rate", type=float, default=1e-2, help="SVI learning rate")
-    parser.add_argument("--warmup", type=int, default=1000, help="NUTS warm-up steps per chain")
-    parser.add_argument("--samples", type=int, default=1000, help="NUTS draws per chain")
-    parser.add_argument("--chains", type=int, default=2, help="NUTS chains (default 2)")
+    parser.add_argument(
+        "--steps", type=integer(1, 10**7), default=3000, help="SVI steps (default 3000)"
+    )
+    parser.add_argument(
+        "--learning-rate",
+        type=real(0.0, 10.0, open_low=True),
+        default=1e-2,
+        help="SVI learning rate",
+    )
+    parser.add_argument(
+        "--warmup", type=integer(0, 10**6), default=1000, help="NUTS warm-up steps per chain"
+    )
+    parser.add_argument(
+        "--samples", type=integer(1, 10**6), default=1000, help="NUTS draws per chain"
+    )
+    parser.add_argument("--chains", type=integer(1, 256), default=2, help="NUTS chains (default 2)")
     parser.add_argument("--dense-mass", action="store_true", help="NUTS dense mass matrix")
     parser.add_argument(
         "--init",
@@ -35,8 +48,10 @@ def add_arguments(parser) -> None:
         help="NUTS inverse mass matrix: adapted in warm-up, or the fixed Laplace metric at --init "
         "(auto, the default: laplace with --init, else adapt)",
     )
-    parser.add_argument("--target-accept", type=float, default=0.8)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--target-accept", type=real(0.0, 1.0, open_low=True), default=0.8, help="in (0, 1)"
+    )
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--float32", action="store_true", help="run in float32 (BAYES_NEA_X64=0)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
@@ -54,10 +69,20 @@ def run(args) -> int:
         numpyro.set_host_device_count(max(1, min(args.chains, os.cpu_count() or 1)))
 
     from data import load_dataset
+    from data.io import check_output_path
     from inference import fit_nuts, fit_svi, load_result, save_result
     from models import build_model
 
+    # every check before the fit starts: the output path, the data, the model, the init
+    check_output_path(args.out, "--out")
+    if args.init is not None and args.method != "nuts":
+        raise ValueError("--init starts NUTS; it is meaningless with --method svi")
+    if args.target_accept >= 1.0:
+        raise ValueError(f"--target-accept must be below 1, got {args.target_accept}")
     dataset = load_dataset(args.data)
+    init = load_result(args.init) if args.init else None
+    if init is not None:
+        check_init_matches(init, args.init, dataset, args.data, args.variant)
     model = build_model(
         args.variant,
         dataset.robot(),
@@ -80,7 +105,6 @@ def run(args) -> int:
         )
         print(result.attrs["convergence"]["message"])
     else:
-        init = load_result(args.init) if args.init else None
         result = fit_nuts(
             model,
             dataset,
@@ -103,3 +127,26 @@ def run(args) -> int:
     print(result.summary().to_string())
     print(f"saved {result.method} fit of {result.variant!r} on {result.system!r} to {args.out}")
     return 0
+
+
+def check_init_matches(init, init_path: str, dataset, data_path: str, variant: str) -> None:
+    """Refuse an ``--init`` fit of another system, joint set or variant than this fit's.
+
+    Raises:
+        ValueError: naming both files and what differs.
+    """
+    if init.system != dataset.system:
+        raise ValueError(
+            f"--init {init_path!r} is a fit of system {init.system!r} but --data {data_path!r} "
+            f"is of {dataset.system!r}"
+        )
+    joints = tuple(init.attrs.get("joint_names") or ())
+    if joints and joints != tuple(dataset.joint_names):
+        raise ValueError(
+            f"--init {init_path!r} has joints {list(joints)} but --data {data_path!r} has "
+            f"{list(dataset.joint_names)}"
+        )
+    if init.variant != variant:
+        raise ValueError(
+            f"--init {init_path!r} is a fit of variant {init.variant!r}, not --variant {variant!r}"
+        )

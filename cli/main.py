@@ -25,8 +25,24 @@ SUBCOMMANDS = (
 )
 
 
+class _UsageError(Exception):
+    """A command-line argument that does not parse (reported by :func:`main` as one line)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors reach :func:`main` (one line on stderr, status 2)."""
+
+    def error(self, message: str):
+        raise _UsageError(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)")
+
+
+def one_line(message: str) -> str:
+    """``message`` with its line breaks folded, for a one-line error."""
+    return " ".join(str(message).split())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="bayes-nea",
         description="Bayesian identification of robot multi-body dynamics.",
     )
@@ -59,15 +75,25 @@ def prefer_single_threaded_xla_kernels() -> None:
 def main(argv: list[str] | None = None) -> int:
     prefer_single_threaded_xla_kernels()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as err:
+        print(err, file=sys.stderr)
+        return 2
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
     try:
         return int(args._run(args) or 0)
-    except ValueError as err:
-        print(f"bayes-nea {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except ValueError as err:  # the library's bad-input errors name the file or argument
+        message = str(err)
+    except OSError as err:  # a file system refusal that no check caught first
+        where = f" {err.filename!r}" if err.filename else ""
+        message = f"{err.strerror or err}{where}"
+    except MemoryError:
+        message = "out of memory: use smaller sizes (duration, draws, samples)"
+    print(f"bayes-nea {args.command}: error: {one_line(message)}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     from analysis.report import write_report
+    from data.io import check_output_path
 
+    if args.report is not None:
+        check_output_path(args.report, "--report")
     print(f"report: {write_report(args.out, report_path=args.report)}")
     return 0

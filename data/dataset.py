@@ -23,6 +23,22 @@ PLANT_KEYS = ("theta", "rpy", "xyz", *bn.FRICTION_FIELDS, "friction_smoothing", 
 MOTOR_KEYS = ("motor_gain", "back_emf", "voltage_limit")
 """``true_params`` entries of a plant with a DC motor."""
 
+PLAUSIBLE_LIMITS = {"t": 1e9, "q": 1e6, "qd": 1e6, "qdd": 1e8, "tau": 1e8}
+"""Largest magnitude accepted per signal (SI units: s, rad or m, N m or N): far beyond any robot,
+yet refusing values (1e305 torques) that only a corrupted or mis-scaled log holds."""
+MAX_RATE_HZ = 1e6
+"""Highest sampling rate accepted (Hz); robot logs run at a few kHz at most."""
+
+
+def _real_array(x, name: str, where: str) -> np.ndarray:
+    """``x`` as float64; complex, boolean, string or object values are refused by name."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiu":
+        raise ValueError(
+            f"{where}: {name} has dtype {arr.dtype}; expected real numbers (float or int)"
+        )
+    return arr.astype(np.float64, copy=False)
+
 
 class Episode(NamedTuple):
     """One trajectory (or one chunk of independent samples), numpy float64.
@@ -40,6 +56,28 @@ class Episode(NamedTuple):
     tau: np.ndarray
 
 
+def check_values(x: np.ndarray, name: str, where: str) -> None:
+    """Refuse NaN/inf values and values beyond :data:`PLAUSIBLE_LIMITS` of signal ``name``.
+
+    Raises:
+        ValueError: naming ``where``, the signal, the count and the first row.
+    """
+    bad = ~np.isfinite(x)
+    if bad.any():
+        row = int(np.argwhere(bad)[0][0])
+        raise ValueError(
+            f"{where}: {name} has {int(bad.sum())} NaN/inf values (first at row {row})"
+        )
+    big = np.abs(x) > PLAUSIBLE_LIMITS[name]
+    if big.any():
+        row = int(np.argwhere(big)[0][0])
+        raise ValueError(
+            f"{where}: {name} has {int(big.sum())} implausible values beyond "
+            f"+-{PLAUSIBLE_LIMITS[name]:g} (first at row {row}: {x[np.nonzero(big)][0]:g}); "
+            "check the units and the log"
+        )
+
+
 def make_episode(t, q, qd, qdd, tau, *, n: int | None = None, where: str = "episode") -> Episode:
     """An :class:`Episode` from array-likes, validated and converted to float64.
 
@@ -47,12 +85,12 @@ def make_episode(t, q, qd, qdd, tau, *, n: int | None = None, where: str = "epis
         ValueError: wrong shapes (``(T,)`` and ``(T, n)``), non-finite values, or time stamps
             that are not strictly increasing; the message names the signal and the problem.
     """
-    t = np.asarray(t, dtype=np.float64)
+    t = _real_array(t, "t", where)
     if t.ndim != 1 or t.shape[0] < 1:
         raise ValueError(f"{where}: t has shape {t.shape}, expected (T,) with T >= 1")
     out = {"t": t}
     for name, x in zip(SIGNALS, (q, qd, qdd, tau), strict=True):
-        x = np.asarray(x, dtype=np.float64)
+        x = _real_array(x, name, where)
         expected = (t.shape[0], x.shape[1] if (n is None and x.ndim == 2) else n)
         if x.ndim != 2 or x.shape != expected:
             raise ValueError(
@@ -61,12 +99,7 @@ def make_episode(t, q, qd, qdd, tau, *, n: int | None = None, where: str = "epis
             )
         out[name] = x
     for name, x in out.items():
-        bad = ~np.isfinite(x)
-        if bad.any():
-            row = int(np.argwhere(bad)[0][0])
-            raise ValueError(
-                f"{where}: {name} has {int(bad.sum())} NaN/inf values (first at row {row})"
-            )
+        check_values(x, name, where)
     if t.shape[0] > 1 and not np.all(np.diff(t) > 0):
         k = int(np.flatnonzero(np.diff(t) <= 0)[0])
         raise ValueError(
@@ -200,14 +233,19 @@ class Dataset:
         object.__setattr__(self, "joint_names", tuple(str(j) for j in self.joint_names))
         object.__setattr__(self, "measured", tuple(self.measured))
         object.__setattr__(self, "estimated", tuple(self.estimated))
-        object.__setattr__(self, "rate_hz", float(self.rate_hz))
+        try:
+            object.__setattr__(self, "rate_hz", float(self.rate_hz))
+        except (TypeError, ValueError):
+            raise ValueError(f"rate_hz must be a number, got {self.rate_hz!r}") from None
         n = len(self.joint_names)
         if n == 0 or len(set(self.joint_names)) != n:
             raise ValueError(f"joint_names must be non-empty and unique, got {self.joint_names}")
         if self.kind not in KINDS:
             raise ValueError(f"unknown dataset kind {self.kind!r}; valid kinds are {KINDS}")
-        if not self.rate_hz > 0 or not np.isfinite(self.rate_hz):
-            raise ValueError(f"rate_hz must be a positive number, got {self.rate_hz}")
+        if not 0 < self.rate_hz <= MAX_RATE_HZ:
+            raise ValueError(
+                f"rate_hz must be a positive number of at most {MAX_RATE_HZ:g} Hz, got {self.rate_hz}"
+            )
         for field in ("measured", "estimated"):
             unknown = set(getattr(self, field)) - set(SIGNALS)
             if unknown:
@@ -255,8 +293,11 @@ class Dataset:
         one episode); without it everything is one episode. ``rate_hz`` defaults to
         ``1 / median(diff(t))``.
         """
-        t = np.asarray(t, dtype=np.float64)
-        arrays = [np.asarray(x, dtype=np.float64) for x in (q, qd, qdd, tau)]
+        t = _real_array(t, "t", "from_arrays")
+        arrays = [
+            _real_array(x, k, "from_arrays")
+            for k, x in zip(SIGNALS, (q, qd, qdd, tau), strict=True)
+        ]
         if episode_ids is None:
             groups = [np.arange(t.shape[0])]
         else:

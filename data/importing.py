@@ -24,9 +24,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from data.dataset import SIGNALS, Dataset, make_episode
+from data.dataset import MAX_RATE_HZ, SIGNALS, Dataset, check_values, make_episode
 from data.estimate import DEFAULT_CUTOFF_HZ, DEFAULT_ORDER
 from data.estimate import estimate_derivatives as _estimate
+from data.io import read_npz
 
 TRAJECTORY_COLUMN = "trajectory"
 
@@ -44,13 +45,28 @@ def _robot_of(robot):
 
 
 def _read_csv(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> dict:
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise ValueError(f"{path}: the file is empty (expected a header row)") from None
-        rows = [r for r in reader if r and any(c.strip() for c in r)]
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is ok
+            reader = csv.reader(f)
+            try:
+                header = [h.strip() for h in next(reader)]
+            except StopIteration:
+                raise ValueError(f"{path}: the file is empty (expected a header row)") from None
+            rows = [r for r in reader if r and any(c.strip() for c in r)]
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
+            "save the log as UTF-8 CSV"
+        ) from None
+    except csv.Error as err:
+        raise ValueError(f"{path}: malformed CSV ({err})") from None
+    if "\0" in "".join(header):
+        raise ValueError(f"{path}: the header holds NUL bytes; not a CSV text file")
+    duplicated = sorted({h for h in header if header.count(h) > 1})
+    if duplicated:
+        raise ValueError(
+            f"{path}: duplicate columns {duplicated}; each column name may appear once"
+        )
     columns = ["t"] + [f"{s}_{j}" for s in needed for j in joints]
     missing = [c for c in columns if c not in header]
     if missing:
@@ -70,10 +86,15 @@ def _read_csv(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> di
         values = [r[index[name]].strip() for r in rows]
         if not as_float:
             return np.asarray(values)
-        try:
-            return np.asarray([float(v) for v in values], dtype=np.float64)
-        except ValueError as err:
-            raise ValueError(f"{path}: column {name!r} has a non-numeric value ({err})") from None
+        out = np.empty(len(values), dtype=np.float64)
+        for k, v in enumerate(values):
+            try:
+                out[k] = float(v)
+            except ValueError:
+                raise ValueError(
+                    f"{path}: column {name!r} has a non-numeric value {v[:40]!r} at row {k + 2}"
+                ) from None
+        return out
 
     out = {"t": column("t")}
     for s in needed:
@@ -88,17 +109,26 @@ def _read_csv(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> di
 
 
 def _read_npz(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> dict:
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            content = {k: f[k] for k in f.files}
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: not a readable .npz file ({err})") from err
+    content = read_npz(path, ".npz log")
+    if "meta" in content and "offsets" in content:
+        raise ValueError(
+            f"{path}: this is a bayes-nea dataset file; read it with data.load_dataset, not "
+            "import_log"
+        )
     missing = [k for k in ("t", *needed) if k not in content]
     if missing:
         raise ValueError(
             f"{path}: missing arrays {missing}; expected 't' (T,) and {list(needed)} (T, n) with "
             f"n = {len(joints)} joints {list(joints)}"
         )
+    for name in ("t", *needed):
+        if content[name].dtype.kind not in "fiu":
+            raise ValueError(
+                f"{path}: {name} has dtype {content[name].dtype}; expected real numbers "
+                "(float or int)"
+            )
+    if content["t"].ndim != 1:
+        raise ValueError(f"{path}: t has shape {content['t'].shape}, expected (T,)")
     out = {"t": np.asarray(content["t"], dtype=np.float64)}
     for s in needed:
         x = np.asarray(content[s], dtype=np.float64)
@@ -124,6 +154,11 @@ def _check_sampling(path: str, t: np.ndarray, tolerance: float) -> float:
             f"{path}: time is not increasing at row {k + 1}: t = {t[k + 1]} after {t[k]}"
         )
     period = float(np.median(dt))
+    if period < 1.0 / MAX_RATE_HZ:
+        raise ValueError(
+            f"{path}: time step {period:.3g} s is a sampling rate of {1 / period:.3g} Hz, above "
+            f"{MAX_RATE_HZ:g} Hz: are the time stamps in seconds?"
+        )
     worst = int(np.argmax(np.abs(dt - period)))
     if abs(dt[worst] - period) > tolerance * period:
         raise ValueError(
@@ -168,6 +203,8 @@ def import_log(
     needed = ("q", "tau") if estimate_derivatives else SIGNALS
     episodes, periods, sources = [], [], []
     for path in paths:
+        if os.path.isdir(path):
+            raise ValueError(f"log file {path!r} is a directory")
         if not os.path.isfile(path):
             raise ValueError(f"log file {path!r} does not exist")
         ext = os.path.splitext(path)[1].lower()
@@ -190,6 +227,7 @@ def import_log(
                 raise ValueError(
                     f"{path}: {name} has {int(bad.sum())} NaN/inf value(s), first at row {row}"
                 )
+            check_values(content[name], name, path)
         labels = content.get(TRAJECTORY_COLUMN)
         if labels is None:
             groups = [(None, np.arange(T))]

@@ -42,7 +42,7 @@ import numpy as np
 
 import bayes_nea as bn
 from bayes_nea import control
-from data.dataset import Dataset, Episode, plant_params
+from data.dataset import MAX_RATE_HZ, Dataset, Episode, plant_params
 from data.estimate import DEFAULT_CUTOFF_HZ, DEFAULT_ORDER, estimate_derivatives
 from data.excitation import FourierTrajectory, fourier_excitation
 
@@ -103,6 +103,8 @@ MIN_EPISODES = 3
 :data:`MIN_EPISODE_SAMPLES` samples) so that a train/validation/test split by whole episodes
 exists."""
 MIN_EPISODE_SAMPLES = 50
+MAX_SAMPLES = 5_000_000
+"""Most samples one generated dataset may have (5.5 h at 250 Hz; memory stays below ~1 GB)."""
 
 
 def _episode_split(duration: float, episode_duration: float, rate: float) -> tuple[int, int]:
@@ -535,8 +537,16 @@ def simulate_dataset(
     if not isinstance(seed, int | np.integer) or isinstance(seed, bool):
         raise ValueError(f"seed must be an int, got {seed!r}")
     duration = DEFAULT_DURATION[kind] if duration is None else float(duration)
-    if not duration > 0:
-        raise ValueError(f"duration must be > 0 seconds, got {duration}")
+    if not duration > 0 or not np.isfinite(duration):
+        raise ValueError(f"duration must be a finite number > 0 seconds, got {duration}")
+    rate = settings.get("rate_hz", DEFAULT_RATE_HZ)
+    if not isinstance(rate, int | float | np.number) or not 0 < float(rate) <= MAX_RATE_HZ:
+        raise ValueError(f"rate_hz must be a number in (0, {MAX_RATE_HZ:g}] Hz, got {rate!r}")
+    if duration * float(rate) > MAX_SAMPLES:
+        raise ValueError(
+            f"duration {duration:g} s at {float(rate):g} Hz is {duration * float(rate):.3g} samples, "
+            f"more than {MAX_SAMPLES:.0e}: generate several shorter datasets"
+        )
     if kind != "excitation" and system not in UNIFORM_DOMAIN:
         raise ValueError(
             f"unknown system {system!r} for kind {kind!r}; built-in systems are {sorted(UNIFORM_DOMAIN)}"

@@ -25,11 +25,9 @@ settings, dataset summary, data fingerprint, package versions and the robot as U
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import tempfile
 from importlib import metadata
 
 import arviz as az  # noqa: I001  (after numpyro)
@@ -44,6 +42,7 @@ from numpyro.infer.initialization import init_to_mean
 
 import bayes_nea as bn
 from bayes_nea.spatial import THETA_NAMES
+from data.io import checksum_arrays, write_atomic
 from models import ModelSpec, build
 
 SCHEMA_VERSION = 2  # 2: the complete model spec is stored (``model_spec``)
@@ -409,13 +408,21 @@ class FitResult:
 def result_from_tree(tree: xr.DataTree) -> FitResult:
     """Wrap a DataTree written by :func:`build_idata` (checks the schema version)."""
     version = tree.attrs.get("schema_version")
-    if version is None:
-        raise ValueError("not a bayes-nea fit result (no schema_version attribute)")
-    if int(version) != SCHEMA_VERSION:
+    try:
+        version = int(version)
+    except (TypeError, ValueError):
+        raise ValueError("not a bayes-nea fit result (no valid schema_version attribute)") from None
+    if version != SCHEMA_VERSION:
         raise ValueError(
             f"this result was written in format {version} and this bayes-nea reads format "
             f"{SCHEMA_VERSION} (format 1 did not store the complete model spec, so its model "
             "cannot be rebuilt exactly): fit it again"
+        )
+    missing = [k for k in ("variant", "system", "method") if k not in tree.attrs]
+    if missing or "posterior" not in tree.children:
+        raise ValueError(
+            f"not a complete bayes-nea fit result (missing attributes {missing}"
+            f"{'' if 'posterior' in tree.children else ' and the posterior group'})"
         )
     return FitResult(
         idata=tree,
@@ -425,45 +432,112 @@ def result_from_tree(tree: xr.DataTree) -> FitResult:
     )
 
 
-def save_result(result: FitResult, path) -> None:
-    """Write a result to ``path`` (netCDF 4 via h5netcdf), atomically.
+CHECKSUM_ATTR = "array_checksum"
+"""Root attribute holding the SHA-256 of every array and attribute of a saved result."""
 
-    The tree is written to a temporary file in the target directory and renamed over ``path``
-    (``os.replace``), so an interrupted write never leaves a partial file and an existing file is
-    untouched when writing fails.
+
+def _canonical(values: np.ndarray) -> np.ndarray:
+    """Values in a form that survives the netCDF round trip (strings as UTF-8 bytes)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind in "OUS":
+        text = "\x1f".join(x.decode() if isinstance(x, bytes) else str(x) for x in arr.ravel())
+        return np.frombuffer(text.encode("utf-8"), np.uint8)
+    if arr.dtype.kind == "b":
+        return arr.astype(np.uint8)
+    return arr.astype(arr.dtype.newbyteorder("<"))
+
+
+def tree_checksum(tree: xr.DataTree) -> str:
+    """SHA-256 (hex) of a result tree: every group's variables and coordinates (name, dtype,
+    shape, values) and every group's attributes except :data:`CHECKSUM_ATTR`."""
+
+    def items():
+        for node in sorted(tree.subtree, key=lambda nd: nd.path):
+            ds = node.to_dataset()
+            for name in sorted(map(str, ds.variables)):
+                yield f"{node.path}:{name}", _canonical(ds.variables[name].values)
+            attrs = {
+                str(k): v if isinstance(v, str) else np.asarray(v).tolist()
+                for k, v in node.attrs.items()
+                if k != CHECKSUM_ATTR
+            }
+            text = json.dumps(attrs, sort_keys=True, default=str).encode("utf-8")
+            yield f"{node.path}:attrs", np.frombuffer(text, np.uint8)
+
+    return checksum_arrays(items())
+
+
+def save_result(result: FitResult, path) -> None:
+    """Write a result to ``path`` (netCDF 4 via h5netcdf), atomically, with a checksum.
+
+    :func:`data.io.write_atomic` writes a temporary file in the target directory and renames it
+    over ``path``, so an interrupted write never leaves a partial file and an existing file is
+    untouched when writing fails. The root attribute :data:`CHECKSUM_ATTR` holds
+    :func:`tree_checksum`, which :func:`load_result` verifies.
 
     Raises:
-        ValueError: ``path``'s directory does not exist.
+        ValueError: ``path`` is a directory or its directory does not exist or is not writable.
     """
     path = os.fspath(path)
+    if not isinstance(result, FitResult):
+        raise ValueError(f"save_result expects a FitResult, got {type(result).__name__}")
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise ValueError(f"cannot save result to {path!r}: directory {directory!r} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory)
-    os.close(fd)
-    try:
-        result.idata.to_netcdf(tmp, engine="h5netcdf")
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(tmp)
+    tree = result.idata.copy()
+    tree.attrs = {k: v for k, v in tree.attrs.items() if k != CHECKSUM_ATTR}
+    tree.attrs[CHECKSUM_ATTR] = tree_checksum(tree)
+    write_atomic(
+        path, lambda tmp: tree.to_netcdf(tmp, engine="h5netcdf"), by_path=True, create_dirs=False
+    )
 
 
-def load_result(path) -> FitResult:
+def load_result(path, *, verify: bool = True) -> FitResult:
     """Read a result written by :func:`save_result` (fully into memory; the file is closed).
 
+    Args:
+        verify: check the stored checksum of the arrays (:func:`tree_checksum`); ``False`` reads
+            files written before results carried one.
+
     Raises:
-        ValueError: the file does not exist or is not a bayes-nea result.
+        ValueError: the file does not exist, is not a bayes-nea result, is damaged, or its
+            checksum is missing or does not match (a corrupted file).
     """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"result path {path!r} is a directory, not a result file")
     if not os.path.isfile(path):
         raise ValueError(f"no result file at {path!r}")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if not head.startswith(b"\x89HDF"):
+        what = "an .npz archive (a dataset?)" if head.startswith(b"PK") else "not netCDF 4/HDF5"
+        raise ValueError(f"{path!r} is not a readable netCDF result: {what}")
     try:
         with xr.open_datatree(path, engine="h5netcdf") as tree:
             tree = tree.load().copy()
-    except OSError as err:
-        raise ValueError(f"{path!r} is not a readable netCDF result: {err}") from None
-    return result_from_tree(tree)
+    except Exception as err:  # h5py raises many kinds on a damaged file
+        raise ValueError(
+            f"{path!r} is not a readable netCDF result (damaged? {type(err).__name__}: {err})"
+        ) from None
+    try:
+        result_from_tree(tree)  # a bayes-nea result at all?
+    except ValueError as err:
+        raise ValueError(f"{path!r}: {err}") from None
+    stored = tree.attrs.get(CHECKSUM_ATTR)
+    if verify and stored is None:
+        raise ValueError(
+            f"{path!r} has no checksum (written by an older bayes-nea); re-save it, or read it "
+            "unverified with inference.load_result(path, verify=False)"
+        )
+    if verify and tree_checksum(tree) != str(stored):
+        raise ValueError(
+            f"{path!r} is corrupted: the checksum of its arrays does not match the one stored "
+            "when it was written"
+        )
+    tree.attrs = {k: v for k, v in tree.attrs.items() if k != CHECKSUM_ATTR}
+    result = result_from_tree(tree)
+    return result
 
 
 __all__ = ["FitResult", "build_idata", "load_result", "save_result"]

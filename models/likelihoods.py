@@ -332,39 +332,43 @@ class Likelihood(abc.ABC):
     def observe(self, model, sample: dict, data: ModelData, subsample_size: int | None) -> None:
         """Declare the observed sites ``obs_<key>`` of one draw (inside a NumPyro model)."""
 
-    @staticmethod
-    def _batch(data: ModelData, subsample_size):
-        N = data.q.shape[0]
-        plate = numpyro.plate("data", N, subsample_size=subsample_size)
-        return plate
+
+
+class _PerSample(Likelihood):
+    """A likelihood with one observation per sample: ``obs_<key> ~ noise(predict(batch))``."""
+
+    @abc.abstractmethod
+    def predict(self, model, sample: dict, batch: ModelData) -> Array:
+        """Predictions (N, n) of the observed signal for a batch."""
+
+    def observe(self, model, sample, data, subsample_size):
+        with numpyro.plate("data", data.q.shape[0], subsample_size=subsample_size) as idx:
+            batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
+            key = self.noise_keys[0]
+            noise = model.noise_dist(self.predict(model, sample, batch), sample, key, 1)
+            numpyro.sample(f"obs_{key}", noise, obs=getattr(batch, key))
 
 
 @dataclasses.dataclass(frozen=True)
-class Forward(Likelihood):
+class Forward(_PerSample):
     """``qdd_obs ~ noise(actuator + ABA)`` per sample (the DiffNEA paper's loss)."""
 
     name: ClassVar[str] = "forward"
     noise_keys: ClassVar[tuple[str, ...]] = ("qdd",)
 
-    def observe(self, model, sample, data, subsample_size):
-        with self._batch(data, subsample_size) as idx:
-            batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
-            pred = jax.vmap(model.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
-            numpyro.sample("obs_qdd", model.noise_dist(pred, sample, "qdd", 1), obs=batch.qdd)
+    def predict(self, model, sample, batch):
+        return jax.vmap(model.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
 
 
 @dataclasses.dataclass(frozen=True)
-class Inverse(Likelihood):
+class Inverse(_PerSample):
     """``tau_obs ~ noise(actuator^-1(RNEA))`` per sample."""
 
     name: ClassVar[str] = "inverse"
     noise_keys: ClassVar[tuple[str, ...]] = ("tau",)
 
-    def observe(self, model, sample, data, subsample_size):
-        with self._batch(data, subsample_size) as idx:
-            batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
-            pred = jax.vmap(model.tau_fn(sample))(batch.q, batch.qd, batch.qdd)
-            numpyro.sample("obs_tau", model.noise_dist(pred, sample, "tau", 1), obs=batch.tau)
+    def predict(self, model, sample, batch):
+        return jax.vmap(model.tau_fn(sample))(batch.q, batch.qd, batch.qdd)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -436,7 +440,7 @@ class Rollout(Likelihood):
             traj = bn.integrate(f, q[0], qd[0], tau[:-1], dt=self.dt)
             return traj.q[1:], traj.qd[1:]
 
-        with self._batch(data, subsample_size) as idx:
+        with numpyro.plate("data", data.q.shape[0], subsample_size=subsample_size) as idx:
             batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
             q_pred, qd_pred = jax.vmap(window)(batch.q, batch.qd, batch.tau)
             numpyro.sample("obs_q", model.noise_dist(q_pred, sample, "q", 2), obs=batch.q[:, 1:])
