@@ -21,7 +21,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 import bayes_nea as bn
 from inference.sdp import sdp_least_squares
@@ -84,7 +83,8 @@ def torque_range(movements: Sequence) -> tuple[np.ndarray, np.ndarray]:
 
 def nmse(pred, tau, scale) -> jax.Array:
     """Per-joint normalised MSE (n,): ``mean(((pred - tau) / scale)^2)`` over all leading axes."""
-    err = (pred - tau) / scale
+    scale = jnp.asarray(scale)
+    err = (pred - tau) / scale.reshape((1,) * (pred.ndim - 1) + scale.shape)
     return jnp.mean(err.reshape(-1, err.shape[-1]) ** 2, axis=0)
 
 
@@ -119,6 +119,30 @@ class TrainResult(NamedTuple):
     epochs: int
     stopped_early: bool
     seconds: float
+
+
+def _adam_init(params):
+    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+    return (jnp.zeros(()), zeros, zeros)
+
+
+def _adam_update(grads, state, rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
+    """Adam (Kingma & Ba 2015, Algorithm 1), written out so that it runs under JAX's strict
+    dtype promotion (optax's bias correction raises an int32 count to a float power there)."""
+    count, m, v = state
+    count = count + 1
+    m = jax.tree_util.tree_map(lambda a, g: b1 * a + (1 - b1) * g, m, grads)
+    v = jax.tree_util.tree_map(lambda a, g: b2 * a + (1 - b2) * g * g, v, grads)
+    c1 = 1 - jnp.power(b1, count)
+    c2 = 1 - jnp.power(b2, count)
+    upd = jax.tree_util.tree_map(
+        lambda a, b: (
+            -rate * (a / c1.astype(a.dtype)) / (jnp.sqrt(b / c2.astype(b.dtype)) + eps)
+        ).astype(a.dtype),
+        m,
+        v,
+    )
+    return upd, (count, m, v)
 
 
 def trainable_spec(model: hy.Hybrid, freeze: Sequence[str] = ()):
@@ -157,19 +181,19 @@ def train(
     per_batch = max(1, batch_samples // L)
     spec = trainable_spec(model, freeze)
     params, static = eqx.partition(model, spec)
-    opt = optax.inject_hyperparams(optax.adam)(learning_rate=lr)
-    opt_state = opt.init(params)
+    opt_state = _adam_init(params)
+    rate = float(lr)
     x_all, Y_all, t_all = (jnp.asarray(v) for v in train_data)
 
     @eqx.filter_jit
-    def step(params, opt_state, idx):
+    def step(params, opt_state, idx, rate):
         def loss_fn(p):
             m = eqx.combine(p, static)
             pred = jax.vmap(m.sequence)(x_all[idx], Y_all[idx])
             return jnp.mean(nmse(pred, t_all[idx], scale))
 
         loss, grads = eqx.filter_value_and_grad(loss_fn)(params)
-        updates, opt_state = opt.update(grads, opt_state, params)
+        updates, opt_state = _adam_update(grads, opt_state, rate)
         return eqx.apply_updates(params, updates), opt_state, loss
 
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel()[-1])
@@ -180,7 +204,9 @@ def train(
         order = rng.permutation(W)
         losses = []
         for b in range(0, W - per_batch + 1, per_batch):
-            params, opt_state, loss = step(params, opt_state, jnp.asarray(order[b : b + per_batch]))
+            params, opt_state, loss = step(
+                params, opt_state, jnp.asarray(order[b : b + per_batch]), jnp.asarray(rate)
+            )
             losses.append(float(loss))
         v = float(np.mean(evaluate(eqx.combine(params, static), valid, np.asarray(scale))))
         history.append((epoch, float(np.mean(losses)), v))
@@ -192,7 +218,7 @@ def train(
             since_best += 1
             since_drop += 1
         if since_drop >= lr_patience:
-            opt_state.hyperparams["learning_rate"] = opt_state.hyperparams["learning_rate"] * 0.1
+            rate *= 0.1
             since_drop = 0
         if since_best >= patience:
             stopped = True

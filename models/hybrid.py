@@ -128,7 +128,7 @@ class SignFriction(eqx.Module):
 
 def sign_features(qd: jax.Array) -> jax.Array:
     """The regressor of :class:`SignFriction`: ``diag(clip(qd / qd_lim, -1, 1))`` (..., n, n)."""
-    return jnp.clip(qd / QD_LIMIT, -1.0, 1.0)[..., :, None] * jnp.eye(qd.shape[-1], dtype=qd.dtype)
+    return jnp.vectorize(jnp.diag, signature="(n)->(n,n)")(jnp.clip(qd / QD_LIMIT, -1.0, 1.0))
 
 
 class MLPResidual(eqx.Module):
