@@ -35,13 +35,13 @@ from inference import hybrid_training as ht  # noqa: E402
 from models import hybrid as hy  # noqa: E402
 
 SETTINGS = {
-    "tiny": {"trajectories": 4, "period": 1.0, "seeds": 1, "rbd_epochs": 3, "net_epochs": 1,
+    "tiny": {"trajectories": 4, "period": 1.0, "seeds": 1, "rbd_epochs": 3, "net_epochs": 1, "e2e_epochs": 1,
              "delan_epochs": 1, "patience": 3, "lr_patience": 2, "control_movements": 1,
              "control_seconds": 0.3},
-    "quick": {"trajectories": 6, "period": 5.0, "seeds": 1, "rbd_epochs": 30, "net_epochs": 8,
+    "quick": {"trajectories": 6, "period": 5.0, "seeds": 1, "rbd_epochs": 30, "net_epochs": 8, "e2e_epochs": 20,
               "delan_epochs": 8, "patience": 6, "lr_patience": 3, "control_movements": 2,
               "control_seconds": 5.0},
-    "full": {"trajectories": 12, "period": 10.0, "seeds": 3, "rbd_epochs": 100, "net_epochs": 40,
+    "full": {"trajectories": 12, "period": 10.0, "seeds": 3, "rbd_epochs": 100, "net_epochs": 40, "e2e_epochs": 100,
              "delan_epochs": 40, "patience": 10, "lr_patience": 5, "control_movements": 4,
              "control_seconds": 10.0},
 }  # fmt: skip
@@ -215,7 +215,7 @@ def run_study(setting: str, out: str, *, seed: int = 0, log: Callable[[str], Non
     def summarise(table):
         return {
             k: {part: _stats([v[part] for v in vals]) for part in ("train", "valid", "test")}
-            | {"replicates": len(vals)}
+            | {"replicates": len(vals), "epochs": [v.get("epochs") for v in vals]}
             for k, vals in table.items()
         }
 
@@ -287,6 +287,50 @@ def _fmt(stat, i=None) -> str:
     return f"{m:.4f} ± {sd:.4f}"
 
 
+def _test(table: dict, name: str) -> float:
+    return float(np.mean(table[name]["test"]["mean"]))
+
+
+def findings(results: dict) -> list[str]:
+    """The issue's checks as measured statements (test NMSE averaged over joints)."""
+    t1, t2, t3 = results["table1"], results["table2"], results["table3"]
+    out = []
+    sdp = _test(t1, "SDP")
+    for k in ("DiffBary", "DiffNEA"):
+        r = _test(t1, k) / sdp - 1
+        out.append(f"- {k} test NMSE {_test(t1, k):.4f} vs SDP {sdp:.4f}: {100 * r:+.1f} % "
+                   f"({'within' if r <= 0.10 else 'NOT within'} 10 %).")  # fmt: skip
+    for kind in ("2S", "E2E"):
+        a, b = _test(t2, f"RBD+Sign {kind}"), _test(t2, f"RBD {kind}")
+        out.append(f"- RBD+Sign {kind} {a:.4f} vs RBD {kind} {b:.4f}: sign friction "
+                   f"{'helps' if a < b else 'does NOT help'}.")  # fmt: skip
+    lstm, mlp, bb = (
+        _test(t2, "RBD+Sign+LSTM 2S"),
+        _test(t2, "RBD+Sign+MLP 2S"),
+        _test(t2, "LSTM E2E"),
+    )
+    out.append(f"- Residual-LSTM hybrid (2S) {lstm:.4f} vs residual-MLP hybrid {mlp:.4f}: LSTM "
+               f"{'better' if lstm < mlp else 'NOT better'}; vs black-box LSTM {bb:.4f}: "
+               f"{'better' if lstm < bb else 'NOT better'}.")  # fmt: skip
+    base = _test(t2, "RBD+Sign 2S")
+    out.append(f"- Residual hybrids vs their rigid body + sign (2S) {base:.4f}: LSTM "
+               f"{'better' if lstm < base else 'NOT better'}, MLP {'better' if mlp < base else 'NOT better'}.")  # fmt: skip
+    e2e = _test(t2, "RBD+Sign+LSTM E2E")
+    out.append(f"- End to end {e2e:.4f} vs two step {lstm:.4f}: "
+               f"{'E2E' if e2e < lstm else '2S'} lower test NMSE.")  # fmt: skip
+    best = {g: min(t3, key=lambda k: np.inf if t3[k][g]["rmse_deg"] is None else np.mean(t3[k][g]["rmse_deg"]))
+            for g in ("soft", "medium", "stiff")}  # fmt: skip
+    out.append("- Lowest tracking RMSE: " + ", ".join(f"{g}: {k}" for g, k in best.items()) + ".")
+    return out
+
+
+def rerender(out: str) -> str:
+    """Write ``report.md`` and the figure again from ``out/results.json``."""
+    with open(os.path.join(out, "results.json")) as f:
+        write_report(json.load(f), out)
+    return os.path.join(out, "report.md")
+
+
 def write_report(results: dict, out: str) -> None:
     """``report.md``, ``results.json``, ``test_nmse.png`` in ``out`` (atomically)."""
     os.makedirs(out, exist_ok=True)
@@ -305,7 +349,8 @@ def write_report(results: dict, out: str) -> None:
         f"samples {results['samples']}. Training: Adam, batches of 1000 samples (10 windows of 100 "
         f"steps), lr drop x0.1 after {s['lr_patience']} and early stop after {s['patience']} epochs "
         f"without validation improvement, at most {s['rbd_epochs']} epochs (rigid body) / "
-        f"{s['net_epochs']} (networks) / {s['delan_epochs']} (DeLaN).",
+        f"{s.get('e2e_epochs', s['net_epochs'])} (end-to-end hybrid) / {s['net_epochs']} (other networks) / "
+        f"{s['delan_epochs']} (DeLaN). Epochs run per model are in results.json.",
         "",
         "## Table I: inertial parameter identification (system-identification subset: one path slow + fast)",
         "",
@@ -355,6 +400,7 @@ def write_report(results: dict, out: str) -> None:
         lines.append(
             f"| {k} | {' | '.join(cells)} | {fin} | {' / '.join(str(x) for x in p) if p else 'failed (black-box LSTM)' if k == 'LSTM E2E' else '-'} |"
         )
+    lines += ["", "## Findings (measured, this run)", "", *findings(results)]
     t = results["timings_s"]
     lines += ["", f"Run time: {t['total']:.0f} s (data {t['data']:.0f}, Table I {t['table1']:.0f}, "
               f"Table II {t['table2']:.0f}, Table III {t['table3']:.0f}).", ""]  # fmt: skip

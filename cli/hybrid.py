@@ -18,11 +18,19 @@ def add_arguments(parser) -> None:
         "--out", default="hybrid-output", help="output folder (report.md, results.json, figures)"
     )
     parser.add_argument("--seed", type=int, default=0, help="data and training seed")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rewrite report.md and figures from OUT/results.json",
+    )
 
 
 def run(args) -> int:
-    from analysis.hybrid import run_study
+    from analysis.hybrid import rerender, run_study
 
+    if args.report_only:
+        print(f"report: {rerender(args.out)}")
+        return 0
     setting = "full" if args.full else "tiny" if args.tiny else "quick"
     run_study(setting, args.out, seed=args.seed)
     print(f"report: {args.out}/report.md")
