@@ -27,7 +27,8 @@ state advanced by its exact solution for constant velocity (stable at any stiffn
 Data as the paper collects them (:func:`excitation_data`): finite Fourier series (Swevers et al.
 1997; :mod:`data.excitation`) with random coefficients, each executed on the same path twice:
 "fast" with peak velocity ``0.4 qd_max`` and "slow" (time-stretched 4x) with ``0.1 qd_max``, tracked
-by the paper's inverse-dynamics PD (joint impedance) law (its eq. 23) with stiff gains
+by the paper's inverse-dynamics PD (joint impedance) law (its eq. 23; feed-forward: the URDF's
+rigid body, where the paper used its SDP model) with stiff gains
 ``[400, 400, 200, 200, 200, 200, 200]`` N m/rad and critical damping. Recorded: measured ``q``,
 ``qd``; ``qdd`` from the measured velocity by a zero-phase 5 Hz Butterworth low-pass of its finite
 difference (the paper's filter); the target torque is the commanded ``tau_ref`` (eq. 14), as the
