@@ -318,6 +318,14 @@ def findings(results: dict) -> list[str]:
     e2e = _test(t2, "RBD+Sign+LSTM E2E")
     out.append(f"- End to end {e2e:.4f} vs two step {lstm:.4f}: "
                f"{'E2E' if e2e < lstm else '2S'} lower test NMSE.")  # fmt: skip
+    rbd_e2e, rbd_2s = _test(t2, "RBD E2E"), _test(t2, "RBD 2S")
+    ep = t2["RBD+Sign+LSTM E2E"].get("epochs")
+    out.append(f"- Rigid body inside the E2E hybrid {rbd_e2e:.4f} vs SDP rigid body {rbd_2s:.4f} "
+               f"(epochs run: {ep}): " + ("converged to the SDP fit (within 2x)." if rbd_e2e <= 2 * rbd_2s else
+               "NOT converged: early stopping on the hybrid's validation loss ended training while "
+               "the residual network carried torques the rigid body should carry."))  # fmt: skip
+    if results["settings"]["seeds"] == 1:
+        out.append("- One seed only: the ± columns are 0 and no spread over seeds is measured.")
     best = {g: min(t3, key=lambda k: np.inf if t3[k][g]["rmse_deg"] is None else np.mean(t3[k][g]["rmse_deg"]))
             for g in ("soft", "medium", "stiff")}  # fmt: skip
     out.append("- Lowest tracking RMSE: " + ", ".join(f"{g}: {k}" for g, k in best.items()) + ".")
