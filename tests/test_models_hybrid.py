@@ -75,7 +75,7 @@ def test_delan_euler_lagrange_with_true_mass_and_potential_equals_rnea():
 
 
 def test_delan_network_mass_matrix_is_positive_definite_and_torques_are_finite():
-    n = 7
+    n = 3
     model = hy.delan(
         hy.Normalizer(jnp.zeros(n), jnp.ones(n)), key=jax.random.key(0), torque_scale=10.0
     )
