@@ -22,6 +22,7 @@ SUBCOMMANDS = (
     "check-controller",
     "benchmark",
     "report",
+    "hybrid",
 )
 
 
