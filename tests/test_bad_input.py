@@ -32,7 +32,8 @@ from analysis.workflows import check_controller_result, rollout_result
 from cli.check_controller import finite_or_null
 from cli.main import main
 from inference import load_result, save_result
-from inference.result import result_from_tree
+from inference.result import SCHEMA_VERSION, result_from_tree
+from models import build_model
 
 # --- fixtures: tiny good files to damage ---------------------------------------------------------
 
@@ -66,7 +67,8 @@ def fake_result(system: str = "cartpole", variant: str = "diffnea/viscous/inform
     const = xr.Dataset({"qd": (("obs", "joint"), rng.normal(size=(400, 2)))})
     tree = xr.DataTree.from_dict({"/posterior": post, "/constant_data": const})
     tree.attrs = {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
+        "model_spec": build_model(variant, robot).spec.to_json(),
         "variant": variant,
         "system": system,
         "method": "svi",

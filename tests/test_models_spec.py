@@ -189,9 +189,10 @@ def test_rollout_likelihood_is_fittable_by_svi_and_nuts(cartpole, trajectories):
         trajectories,
         key=1,
         init=svi,
-        num_warmup=20,
-        num_samples=20,
+        num_warmup=10,
+        num_samples=10,
         num_chains=1,
+        max_tree_depth=4,
         num_predictive=4,
         progress=False,
     )
