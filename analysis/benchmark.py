@@ -23,7 +23,9 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from analysis.cells import fit_cell
 from data.io import remove_stale_temporaries, write_json_atomic
+from models import variant_names
 
 SYSTEMS = ("cartpole", "furuta")
 DATASET_KINDS = ("uniform", "trajectories", "hardware")
@@ -135,8 +137,6 @@ def make_grid(
                 f"unknown dataset kind {d!r}; the benchmark's kinds are {DATASET_KINDS}"
             )
     if variants is None:
-        from models import variant_names
-
         variants = variant_names()
     variants = tuple(variants)
     if not systems or not datasets or not variants:
@@ -283,14 +283,13 @@ def run_benchmark(
     (``cells/.<id>.json.lock``), so it is computed once, and each run waits for the cells another
     run is computing and reports them as kept. Only temporaries of dead writers are removed.
     """
+    # dask is imported here on purpose: it costs ~1 s and only the sweep itself needs it
     from dask.distributed import Client, LocalCluster, as_completed
 
     settings = get_settings(setting, **overrides)
     settings_dict = settings.to_dict()
     grid = make_grid(systems=systems, datasets=datasets, variants=variants)
     if cell_fn is None:
-        from analysis.cells import fit_cell
-
         cell_fn = fit_cell
     out_dir = Path(out_dir)
     cells_dir = out_dir / "cells"

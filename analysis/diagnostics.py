@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import inference  # noqa: F401  (numpyro before arviz)
+from analysis.plots import plt, save_figure
 from analysis.rollouts import finite_draws, thin_draws
 from data.io import write_atomic
 
@@ -95,13 +96,9 @@ def diagnostic_plots(result, out_dir, *, var_names=None, max_vars: int = 6) -> d
     Returns:
         {"trace": path, "forest": path, "pair": path}.
     """
+    # lazy on purpose: ArviZ must load after NumPyro (az.from_numpyro breaks otherwise), and only
+    # the plots need arviz-plots
     import arviz_plots as azp
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from analysis.plots import save_figure
 
     out_dir = Path(out_dir)
     names = list(var_names or result.physical_names[:max_vars])

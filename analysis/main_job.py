@@ -12,7 +12,19 @@ import os
 import time
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from analysis.cells import FIGURE1_START, rollout_steps, score_fit, true_figure1_rollout
+from analysis.diagnostics import diagnostic_plots, heldout_ppc
+from analysis.energy import analyse_energy
+from analysis.plots import plot_energy, plot_rollout_band
+from analysis.rollouts import credible_band, make_rollout_fn
+from data import generate_dataset
 from data.io import write_text_atomic
+from inference import fit_nuts, fit_svi, save_result
+from models import build_model, model_data, variant_names
 
 SIZES = {
     False: {
@@ -56,23 +68,12 @@ def run_main_job(
     Returns:
         {"report", "rollout", "energy", "posterior", "trace", "forest", "pair"} paths.
     """
-    from analysis.cells import FIGURE1_START, rollout_steps, score_fit, true_figure1_rollout
-    from analysis.diagnostics import diagnostic_plots, heldout_ppc
-    from analysis.energy import analyse_energy
-    from analysis.plots import plot_energy, plot_rollout_band
-    from analysis.rollouts import credible_band, make_rollout_fn
-    from data import generate_dataset
-    from inference import fit_nuts, fit_svi, save_result
-    from models import build_model, model_data, variant_names
-
     if variant not in variant_names():
         raise ValueError(f"unknown variant {variant!r}; valid variants are {list(variant_names())}")
     size = SIZES[bool(quick)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     say = print if progress else (lambda *a, **k: None)
-
-    import jax
 
     t0 = time.perf_counter()
     dataset = generate_dataset("cartpole", dataset_kind, seed=seed, duration=size["duration"])
@@ -117,9 +118,6 @@ def run_main_job(
         "horizons": [0.1, 0.5, 1.0],
     }
     # the true system from the Figure-1 start state, shared by the metrics and the figures
-    import jax.numpy as jnp
-    import numpy as np
-
     steps = rollout_steps(settings)
     q0, qd0 = jnp.asarray(FIGURE1_START["cartpole"]), jnp.zeros(robot.n)
     truth = true_figure1_rollout(dataset, steps)
@@ -201,7 +199,7 @@ def _fmt(value, spec: str) -> str:
 
 
 def _has_tabulate() -> bool:
-    try:
+    try:  # an optional dependency of pandas' to_markdown, probed on purpose
         import tabulate  # noqa: F401
     except ImportError:
         return False

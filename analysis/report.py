@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.benchmark import load_records
+from analysis.plots import plot_figure1, plot_grid
 from data.io import write_text_atomic
 
 
@@ -201,8 +202,6 @@ def write_report(
     Figures ``figure1.png``, ``grid_nmse.png`` and ``grid_rollout.png`` go beside the report.
     Returns the report's path.
     """
-    from analysis.plots import plot_figure1, plot_grid
-
     records = load_records(out_dir)
     if not records:
         raise ValueError(f"no cell records under {out_dir}/cells")

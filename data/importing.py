@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+import bayes_nea as bn
 from data.dataset import MAX_RATE_HZ, SIGNALS, Dataset, check_values, make_episode
 from data.estimate import DEFAULT_CUTOFF_HZ, DEFAULT_ORDER
 from data.estimate import estimate_derivatives as _estimate
@@ -34,9 +35,7 @@ TRAJECTORY_COLUMN = "trajectory"
 
 def _robot_of(robot):
     if isinstance(robot, str):
-        import bayes_nea
-
-        return bayes_nea.get_system(robot)
+        return bn.get_system(robot)
     if not hasattr(robot, "joint_names"):
         raise ValueError(
             f"robot must be a bayes_nea.Robot or a built-in system name, got {type(robot).__name__}"
