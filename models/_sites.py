@@ -201,3 +201,11 @@ def state_features(robot: bn.Robot, scales: Scales, q: Array, qd: Array) -> Arra
         parts.append(q[~revolute])
     parts.append(qd / jnp.asarray(scales.qd, qd.dtype))
     return jnp.concatenate(parts)
+
+
+def build_component(classes: dict, what: str, name: str, robot, prior, scales, **options):
+    """``classes[name].build(robot, prior, scales, **options)``; ``ValueError`` listing the valid
+    names of ``what`` (family, actuator) for an unknown ``name``."""
+    if name not in classes:
+        raise ValueError(f"unknown {what} {name!r}; valid values are {list(classes)}")
+    return classes[name].build(robot, prior, scales, **options)

@@ -37,7 +37,14 @@ import jax
 import jax.numpy as jnp
 
 import bayes_nea as bn
-from models._sites import BayesianNet, GaussianSite, Scales, feature_size, state_features
+from models._sites import (
+    BayesianNet,
+    GaussianSite,
+    Scales,
+    build_component,
+    feature_size,
+    state_features,
+)
 from models.priors import Prior
 from models.spec import ACTUATOR_NAMES
 
@@ -319,14 +326,6 @@ class FFNN(_Network):
         return s * self.net.module(sample, tau_d.dtype)(x)
 
 
-_ACTUATORS = {
-    "ideal": Ideal,
-    "viscous": Viscous,
-    "stribeck": Stribeck,
-    "nn-friction": NNFriction,
-    "nn-residual": NNResidual,
-    "ffnn": FFNN,
-}
 ACTUATOR_CLASSES = {
     "ideal": Ideal,
     "viscous": Viscous,
@@ -337,26 +336,14 @@ ACTUATOR_CLASSES = {
 }
 
 
-def make_actuator(
-    name: str,
-    robot: bn.Robot,
-    prior: Prior,
-    scales: Scales,
-    *,
-    whitened: bool = True,
-    nn_width: int = 32,
-    nn_depth: int = 2,
-) -> Actuator:
-    """The actuator called ``name`` for ``robot`` with its sites' priors from ``prior``.
+def make_actuator(name: str, robot: bn.Robot, prior: Prior, scales: Scales, **options) -> Actuator:
+    """The actuator called ``name`` for ``robot`` with its sites' priors from ``prior``
+    (``options``: ``whitened``, ``nn_width``, ``nn_depth``).
 
     Raises:
         ValueError: unknown name (the message lists the valid ones).
     """
-    if name not in _ACTUATORS:
-        raise ValueError(f"unknown actuator {name!r}; valid actuators are {list(ACTUATOR_NAMES)}")
-    return _ACTUATORS[name].build(
-        robot, prior, scales, whitened=whitened, nn_width=nn_width, nn_depth=nn_depth
-    )
+    return build_component(ACTUATOR_CLASSES, "actuator", name, robot, prior, scales, **options)
 
 
 def energy_class(name: str) -> str:

@@ -36,9 +36,15 @@ import jax
 import jax.numpy as jnp
 
 import bayes_nea as bn
-from models._sites import BayesianNet, GaussianSite, Scales, feature_size, state_features
+from models._sites import (
+    BayesianNet,
+    GaussianSite,
+    Scales,
+    build_component,
+    feature_size,
+    state_features,
+)
 from models.priors import Prior
-from models.spec import FAMILY_NAMES
 
 Array = jax.Array
 
@@ -234,23 +240,11 @@ class FFNNFamily(Family):
 _FAMILIES = {"nokin-diffnea": NoKinDiffNEA, "diffnea": DiffNEA, "nea": NEA, "ffnn": FFNNFamily}
 
 
-def make_family(
-    name: str,
-    robot: bn.Robot,
-    prior: Prior,
-    scales: Scales,
-    *,
-    whitened: bool = True,
-    nn_width: int = 32,
-    nn_depth: int = 2,
-) -> Family:
-    """The family called ``name`` for ``robot``.
+def make_family(name: str, robot: bn.Robot, prior: Prior, scales: Scales, **options) -> Family:
+    """The family called ``name`` for ``robot`` (``options``: ``whitened``, ``nn_width``,
+    ``nn_depth``).
 
     Raises:
         ValueError: unknown name (the message lists the valid ones).
     """
-    if name not in _FAMILIES:
-        raise ValueError(f"unknown family {name!r}; valid families are {list(FAMILY_NAMES)}")
-    return _FAMILIES[name].build(
-        robot, prior, scales, whitened=whitened, nn_width=nn_width, nn_depth=nn_depth
-    )
+    return build_component(_FAMILIES, "family", name, robot, prior, scales, **options)
