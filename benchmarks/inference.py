@@ -118,6 +118,7 @@ def identifiable_row(system, actuator, prior, args) -> dict:
     data = ModelData(q, qd, qdd, tau)
     t_start = time.perf_counter()
     model = identifiable_model(build_model(f"diffnea/{actuator}/{prior}", robot))
+    data = model.prepare(data)
     point, report = polish_map(model, data, model.init_sample(dtype=dtype))
     t_map = time.perf_counter() - t_start
     fit = fit_nuts(
@@ -147,7 +148,7 @@ def identifiable_row(system, actuator, prior, args) -> dict:
         "map_converged": report.converged,
         "nuts_wall_s": fit.attrs["timing"]["wall_s"],
         "total_s": total,
-        "leapfrog_per_draw": float(post.sizes["draw"] and fit.idata["sample_stats"]["n_steps"].mean()),
+        "leapfrog_per_draw": float(fit.idata["sample_stats"]["n_steps"].mean()),
         "rhat_max": d["rhat_max"],
         "ess_bulk_min": d["ess_bulk_min"],
         "divergences": d["divergences"],

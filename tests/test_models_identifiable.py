@@ -55,10 +55,8 @@ def test_truncated_conditional_matches_closed_form_truncated_normal():
     se = ref.std() / np.sqrt(theta.shape[0])
     assert abs(theta[:, 0].mean() - ref.mean()) < 4 * se
     assert abs(theta[:, 0].std() - ref.std()) < 0.03 * ref.std()
-    # the acceptance rate is the truncation's probability (geometric number of tries)
-    accept = ref.cdf(0.7) - ref.cdf(0.0)  # 1 inside [0, beta]; use the untruncated mass instead
+    # tries are geometric with success probability P(0 <= theta_0 <= beta) under the conditional
     p_in = stats.norm(m, sd).cdf(0.7) - stats.norm(m, sd).cdf(0.0)
-    assert accept == pytest.approx(1.0)
     assert abs(np.asarray(tries).mean() - 1 / p_in) < 0.05 / p_in
 
 
@@ -114,6 +112,28 @@ def test_dynamics_depend_on_base_parameters_only(cartpole_model):
     np.testing.assert_allclose(m.qdd_fn(sample)(q, qd, tau), ref, rtol=1e-10)
 
 
+@pytest.mark.parametrize("system, likelihood", [("cartpole", "forward"), ("furuta", "inverse")])
+def test_prepared_features_give_the_rnea_aba_log_density(system, likelihood):
+    from numpyro.infer.util import log_density
+
+    robot = bn.get_system(system)
+    m = identifiable_model(
+        build_model("diffnea/stribeck/informative", robot, likelihood=likelihood)
+    )
+    q, qd, qdd = bn.sample_states(robot, 2, 25)
+    tau = jax.random.normal(jax.random.key(4), q.shape)
+    data = ModelData(q, qd, qdd, tau)
+    prepared = m.prepare(data)
+    sample = m.init_sample()
+    sample[BASE_SITE] = 0.3 * jax.random.normal(jax.random.key(5), (m.base.n_base,))
+    for k in sample:
+        if k.startswith("actuator/"):
+            sample[k] = sample[k] + 0.2
+    ref, _ = log_density(m.model, (data,), {}, sample)  # ABA / RNEA per sample
+    got, _ = log_density(m.model, (prepared,), {}, sample)  # M_k, h_k or Y_b features
+    np.testing.assert_allclose(float(got), float(ref), rtol=1e-9)
+
+
 def _linear_problem():
     robot = bn.get_system("cartpole")
     source = build_model(
@@ -141,7 +161,7 @@ def _linear_problem():
 
 def test_newton_map_is_the_closed_form_posterior_mode():
     model, data, mean, cov = _linear_problem()
-    point, report = polish_map(model, data, model.init_sample())
+    point, report = polish_map(model, model.prepare(data), model.init_sample())
     assert report.converged, report.message
     assert report.min_eigenvalue > 0
     beta = np.asarray(model.condition.beta(point[BASE_SITE]))
@@ -187,3 +207,17 @@ def test_rejects_models_without_known_kinematics():
         identifiable_model(build_model("diffnea/nn-friction/informative", robot))
     with pytest.raises(ValueError, match="max_iter"):
         polish_map(None, None, {}, max_iter=0)
+
+
+def test_spd_solve_matches_numpy():
+    from models.identifiable import spd_solve
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(50, 4, 4))
+    M = A @ np.swapaxes(A, -1, -2) + 0.5 * np.eye(4)
+    b = rng.normal(size=(50, 4))
+    np.testing.assert_allclose(
+        spd_solve(jnp.asarray(M), jnp.asarray(b)),
+        np.linalg.solve(M, b[..., None])[..., 0],
+        rtol=1e-10,
+    )
