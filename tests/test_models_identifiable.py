@@ -221,3 +221,22 @@ def test_spd_solve_matches_numpy():
         np.linalg.solve(M, b[..., None])[..., 0],
         rtol=1e-10,
     )
+
+
+def test_fit_svi_polish_reaches_the_closed_form_mode():
+    from inference import fit_svi
+
+    model, data, mean, cov = _linear_problem()
+    fit = fit_svi(
+        model,
+        model.prepare(data),
+        key=0,
+        steps=50,
+        polish=True,
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    assert fit.attrs["map"]["converged"] and fit.attrs["convergence"]["converged"]
+    beta = fit.idata["posterior"]["base_parameters"].values.reshape(-1)
+    np.testing.assert_allclose(beta, mean, atol=1e-6 * np.sqrt(np.diag(cov)).max())
