@@ -143,7 +143,7 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
     q, qd, _ = bn.sample_states(robot, k_states, R * s.n_samples)
     q, qd = (x.reshape(R, s.n_samples, robot.n) for x in (q, qd))
     scale = jnp.asarray(characteristic_scales(robot).tau, q.dtype)
-    tau = scale * jax.random.normal(k_tau, q.shape, q.dtype)
+    tau = scale[None, None, :] * jax.random.normal(k_tau, q.shape, q.dtype)
 
     def simulate(sample, q, qd, tau, key):
         clean = jax.vmap(model.qdd_fn(sample))(q, qd, tau)

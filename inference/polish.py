@@ -3,9 +3,13 @@
 SVI with a constant learning rate stops where the loss looks flat, which need not be a stationary
 point (issue 10: gradient norm 1.2e3 and two negative Hessian eigenvalues after 3,000 Adam steps
 that reported "converged"). :func:`polish_map` takes any starting point and runs Newton steps
-``x <- x - (H + lambda 1)^-1 g`` on the potential energy ``-log p(x, data)`` in NumPyro's
-unconstrained space, with Levenberg-Marquardt damping ``lambda`` (raised until the step lowers the
-energy, lowered after a good step; Nocedal & Wright 2006, sec. 10.3). It reports the gradient's
+``x <- x - V diag(1 / (|w| (1 + lambda))) V^T g`` (``H = V diag(w) V^T``) on the potential
+energy ``-log p(x, data)`` in NumPyro's unconstrained space: Newton where the Hessian is positive
+definite, the saddle-free step (|eigenvalues|; Dauphin et al. 2014) where it is not, and a damping
+``lambda`` raised until the step lowers the energy and lowered after a good step. The damping is
+relative to each eigenvalue, so flat and stiff directions converge together (an additive
+Levenberg-Marquardt shift scaled to the largest eigenvalue took ~100 steps on posteriors with
+eigenvalues from 1 to 1e9). It reports the gradient's
 norm and the Hessian's eigenvalues at the end, and calls the point a MAP only when the gradient
 norm is below ``gtol`` (relative to the Hessian's scale: the Newton decrement
 ``sqrt(g^T H^-1 g)``, the expected change of the energy's square root, is below ``gtol``) and the
@@ -120,7 +124,7 @@ def polish_map(
         scale = max(np.abs(w).max(), 1e-300)
         accepted = False
         for _ in range(60):
-            shifted = np.maximum(w + damping * scale, 1e-12 * scale)
+            shifted = np.maximum(np.abs(w), 1e-12 * scale) * (1.0 + damping)
             step = -(V @ ((V.T @ g) / shifted))
             e_new = float(f_energy(jnp.asarray(x + step, dtype)))
             if np.isfinite(e_new) and e_new < e:
