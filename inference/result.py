@@ -424,7 +424,7 @@ class FitResult:
 
         fixed = () if self.attrs.get("family_learns_kinematics", False) else ("rpy", "xyz")
         names = var_names or (
-            [k for k in self.physical_names if k not in fixed]
+            [k for k in self.physical_names if k not in fixed and not k.startswith("completion_")]
             if physical
             else [stored_name(s) for s in self.latent_sites]
         )
