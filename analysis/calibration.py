@@ -346,7 +346,8 @@ def _replicates(records: list[dict]) -> dict[tuple, list[dict]]:
 def summarise(records: list[dict], *, bins: int = 10, alpha: float = 0.01) -> list[dict]:
     """Per (system, variant, quantity): rank uniformity and coverage.
 
-    Uniformity: chi-square test of the ranks in ``bins`` equal bins against uniform; a quantity
+    Uniformity: chi-square test of the ranks in ``bins`` bins (integer edges, expected counts
+    proportional to the number of rank values in each) against uniform; a quantity
     fails when its p-value is below ``alpha / m`` (Bonferroni over the ``m`` quantities of its
     (system, variant)). Coverage: fraction of replicates whose central 50 % / 90 % interval holds
     the truth, with the binomial standard error ``sqrt(p (1 - p) / R)``.
@@ -360,8 +361,11 @@ def summarise(records: list[dict], *, bins: int = 10, alpha: float = 0.01) -> li
         for name in names:
             q = [r["quantities"][name] for r in recs]
             ranks = np.array([x["rank"] for x in q])
-            counts = np.histogram(ranks, bins=bins, range=(0, L + 1))[0]
-            p = float(stats.chisquare(counts).pvalue)
+            # ranks take the L + 1 values 0..L: integer bin edges, expected counts by bin width
+            edges = np.round(np.linspace(0, L + 1, bins + 1))
+            counts = np.histogram(ranks, bins=edges)[0]
+            expected = len(ranks) * np.diff(edges) / (L + 1)
+            p = float(stats.chisquare(counts, expected).pvalue)
             R = len(q)
             in50 = float(np.mean([x["in50"] for x in q]))
             in90 = float(np.mean([x["in90"] for x in q]))
