@@ -125,6 +125,7 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
 
     import bayes_nea as bn
     from inference import laplace_inverse_mass
+    from inference._common import library_promotion
     from inference.polish import polish_map
     from models import ModelData, build_model
     from models._sites import characteristic_scales
@@ -155,17 +156,19 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
     data = jax.tree.map(lambda *xs: jnp.stack(xs), *prepared)
     stacked = StackedModel(model, R)
     init = jax.tree.map(lambda x: jnp.broadcast_to(x, (R, *x.shape)), model.init_sample())
-    point, report = polish_map(stacked, data, init, batch_size=32)
-    metric = laplace_inverse_mass(stacked, data, point, batch_size=32)
-    kernel = NUTS(
-        stacked.model,
-        inverse_mass_matrix=metric,
-        adapt_mass_matrix=False,
-        dense_mass=True,
-        init_strategy=init_to_value(values=point),
-    )
-    mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, progress_bar=False)
-    mcmc.run(k_fit, data, extra_fields=("num_steps", "diverging"))
+    # NumPyro's plate broadcasting and sampler mix ranks and dtypes: the rules fit_* use
+    with library_promotion():
+        point, report = polish_map(stacked, data, init, batch_size=32)
+        metric = laplace_inverse_mass(stacked, data, point, batch_size=32)
+        kernel = NUTS(
+            stacked.model,
+            inverse_mass_matrix=metric,
+            adapt_mass_matrix=False,
+            dense_mass=True,
+            init_strategy=init_to_value(values=point),
+        )
+        mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, progress_bar=False)
+        mcmc.run(k_fit, data, extra_fields=("num_steps", "diverging"))
     draws = mcmc.get_samples()
     extra = mcmc.get_extra_fields()
     phys = jax.vmap(jax.vmap(model.physical), in_axes=1, out_axes=1)(draws)  # (D, R, ...)
