@@ -282,8 +282,8 @@ def test_identified_summary_reports_identified_quantities_with_truth():
     # predicted accelerations of one draw: ABA with its completed (consistent) theta
     draws = identified_draws(fit, model, states=(q, qd, tau))
     post = fit.idata["posterior"]
-    theta = post["theta"].values[0, 5]
-    if bool(post["completion_ok"].values[0, 5]):
-        params = bn.RobotParams(jnp.asarray(theta), robot.nominal.rpy, robot.nominal.xyz)
-        ref = jax.vmap(lambda a, b, t: bn.aba(robot, a, b, t, params=params))(q, qd, tau)
-        np.testing.assert_allclose(draws["qdd_pred"][0, 5], ref, rtol=1e-8)
+    c, d = np.argwhere(post["completion_ok"].values)[0]
+    theta = post["theta"].values[c, d]
+    params = bn.RobotParams(jnp.asarray(theta), robot.nominal.rpy, robot.nominal.xyz)
+    ref = jax.vmap(lambda a, b, t: bn.aba(robot, a, b, t, params=params))(q, qd, tau)
+    np.testing.assert_allclose(draws["qdd_pred"][c, d], ref, rtol=1e-8)
