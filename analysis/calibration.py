@@ -336,9 +336,13 @@ def load_records(out_dir) -> list[dict]:
 
 
 def _replicates(records: list[dict]) -> dict[tuple, list[dict]]:
-    """Batch records flattened to ``{(system, variant): [replicate, ...]}`` (each with ``ranks``)."""
+    """Batch records flattened to ``{(system, variant): [replicate, ...]}`` (each with ``ranks``);
+    batches whose MAP did not converge (NUTS then started from a non-stationary point with a
+    floored metric) are left out."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
+        if not r["metrics"].get("map_converged", True):
+            continue
         for rep in r["metrics"]["replicates"]:
             groups.setdefault((r["system"], r["variant"]), []).append(
                 dict(rep, ranks=r["settings"]["ranks"])
@@ -347,7 +351,8 @@ def _replicates(records: list[dict]) -> dict[tuple, list[dict]]:
 
 
 def summarise(records: list[dict], *, bins: int = 10, alpha: float = 0.01) -> list[dict]:
-    """Per (system, variant, quantity): rank uniformity and coverage.
+    """Per (system, variant, quantity): rank uniformity and coverage (batches whose MAP did not
+    converge are left out).
 
     Uniformity: chi-square test of the ranks in ``bins`` bins (integer edges, expected counts
     proportional to the number of rank values in each) against uniform; a quantity

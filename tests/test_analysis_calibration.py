@@ -55,7 +55,9 @@ def test_summary_statistics_match_scipy():
         "settings": dict(SMALL, ranks=20),
         "metrics": {"replicates": reps},
     }
-    rows = {r["quantity"]: r for r in summarise([record], bins=7)}
+    failed = dict(record, metrics={"replicates": reps, "map_converged": False})
+    rows = {r["quantity"]: r for r in summarise([record, failed], bins=7)}
+    assert rows["a"]["replicates"] == 40  # the batch whose MAP failed is left out
     ranks = np.array([rep["quantities"]["a"]["rank"] for rep in reps])
     counts = np.histogram(ranks, bins=7, range=(0, 21))[0]
     assert rows["a"]["chi2_p"] == pytest.approx(stats.chisquare(counts).pvalue)
