@@ -21,6 +21,7 @@ SUBCOMMANDS = (
     "rollout",
     "check-controller",
     "benchmark",
+    "calibrate",
     "report",
     "hybrid",
 )

@@ -122,13 +122,18 @@ def _dataset(values: dict, *, n: int, sample_dims: tuple[str, ...], n_obs=None, 
     return ds.assign_coords({k: v for k, v in (coords or {}).items() if k in ds.dims})
 
 
-def physical_quantities(bayes_model, flat: dict, *, base: bool = True) -> dict[str, np.ndarray]:
+def physical_quantities(
+    bayes_model, flat: dict, *, base: bool = True, key=None
+) -> dict[str, np.ndarray]:
     """Physical quantities of each draw: ``bayes_model.physical`` vmapped, plus derived ones.
 
     Args:
         bayes_model: the model.
         flat: latent sites with one leading draw axis (D, ...).
         base: add base parameters when ``theta`` is reported and the kinematics are not learned.
+        key: ``jax.random`` key for models with a ``complete(key, flat)`` method (the
+            identifiable geometry, ``models.identifiable``: theta of each draw from the prior
+            given its base parameters); such models' completion is skipped without a key.
 
     Returns:
         ``{name: (D, ...)}``: the model's physical quantities, and from ``theta`` (D, n, 10):
@@ -137,6 +142,12 @@ def physical_quantities(bayes_model, flat: dict, *, base: bool = True) -> dict[s
     """
     phys = jax.jit(jax.vmap(bayes_model.physical))(flat)
     out = {k: np.asarray(v) for k, v in phys.items()}
+    complete = getattr(bayes_model, "complete", None)
+    if complete is not None and key is not None:
+        out.update(complete(key, flat))
+    if "base_parameters" in out and getattr(bayes_model, "base_names", None) is not None:
+        out["_base_names"] = np.asarray(bayes_model.base_names)
+        base = False
     theta = out.get("theta")
     robot = bayes_model.robot
     if theta is not None and theta.shape[1:] == (robot.n, 10):
@@ -145,12 +156,17 @@ def physical_quantities(bayes_model, flat: dict, *, base: bool = True) -> dict[s
         with np.errstate(divide="ignore", invalid="ignore"):
             out["com"] = np.where(mass[..., None] > 0, theta[..., 1:4] / mass[..., None], np.nan)
         out["inertia"] = theta[..., 4:10]
-        if base and "rpy" not in out and "xyz" not in out:
+        if base and not learns_kinematics(bayes_model):
             bp = bn.base_parameters(robot, 0)
             flat_theta = theta.reshape(theta.shape[0], -1).astype(np.float64)
             out["base_parameters"] = flat_theta @ np.asarray(bp.to_base).T
             out["_base_names"] = np.asarray(bp.names)
     return out
+
+
+def learns_kinematics(bayes_model) -> bool:
+    """Whether the model's joint placements are latent (no-Kin DiffNEA), so base parameters move."""
+    return bool(getattr(getattr(bayes_model, "family", None), "learns_kinematics", False))
 
 
 def build_idata(
@@ -196,7 +212,7 @@ def build_idata(
         "axis": list(XYZ),
         "inertia_component": list(INERTIA_COMPONENTS),
     }
-    phys = physical_quantities(bayes_model, flat)
+    phys = physical_quantities(bayes_model, flat, key=jax.random.fold_in(key, 1))
     base_names = phys.pop("_base_names", None)
     if base_names is not None:
         coords["base_parameter"] = [str(s) for s in base_names]
@@ -251,6 +267,8 @@ def build_idata(
         site_names=site_names,
         energy_class=str(getattr(bayes_model, "energy_class", "unknown")),
         robot_name=robot.name,
+        geometry=str(getattr(bayes_model.spec, "geometry", "whitened")),
+        family_learns_kinematics=learns_kinematics(bayes_model),
         robot_urdf=bn.to_urdf(robot),
         joint_names=list(robot.joint_names),
         packages=package_versions(),
@@ -354,7 +372,7 @@ class FitResult:
         return self.spec().robot
 
     def model(self):
-        """The ``BayesianModel`` that was fitted, rebuilt from the stored spec (``models.build``)."""
+        """The model that was fitted, rebuilt from the stored spec (``models.build``)."""
         return build(self.spec())
 
     def data(self) -> dict[str, np.ndarray]:
@@ -399,8 +417,11 @@ class FitResult:
             physical: summarise the physical quantities (default) rather than the latent sites.
             var_names: restrict to these stored variable names.
         """
+        fixed = () if self.attrs.get("family_learns_kinematics", False) else ("rpy", "xyz")
         names = var_names or (
-            list(self.physical_names) if physical else [stored_name(s) for s in self.latent_sites]
+            [k for k in self.physical_names if k not in fixed and not k.startswith("completion_")]
+            if physical
+            else [stored_name(s) for s in self.latent_sites]
         )
         return az.summary(self.idata, group="posterior", var_names=names)
 

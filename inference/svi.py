@@ -40,6 +40,7 @@ from inference._common import (
 from inference._progress import ProgressLine
 from inference._state import state_from_dataset, state_to_dataset
 from inference._validate import check_choice, check_positive_int, fit_inputs
+from inference.polish import polish_map
 from inference.result import FitResult, build_idata, trace_sites
 
 GUIDES = ("delta", "normal", "mvn", "lowrank")
@@ -259,6 +260,7 @@ def fit_svi(
     init=None,
     resume: FitResult | None = None,
     convergence_rtol: float = 1e-4,
+    polish: bool = False,
     num_predictive: int = 200,
     log_likelihood: bool = True,
     progress: bool = True,
@@ -284,6 +286,11 @@ def fit_svi(
         resume: an SVI ``FitResult`` of the same variant, guide and data to continue from (its
             stored optimiser state, optimiser settings and loss trace); ``steps`` more are run.
         convergence_rtol: relative loss change for :func:`convergence_report`.
+        polish: delta guide only: finish with damped Newton from the SVI point
+            (:func:`inference.polish.polish_map`; dense Hessian, so for small models such as the
+            identifiable geometry). The result's draw is the polished point, root attribute
+            ``map`` holds the :class:`~inference.polish.MapReport`, and ``convergence.converged``
+            then means a stationary point with a positive definite Hessian.
         num_predictive: posterior-predictive draws (0: none).
         log_likelihood: add the pointwise log-likelihood group.
         progress: print a progress line per chunk on stderr.
@@ -428,11 +435,23 @@ def fit_svi(
     draws = 1 if guide == "delta" else num_samples
     post = guide_obj.sample_posterior(k_draw, params, sample_shape=(draws,))
     samples = {k: jnp.asarray(post[k])[None] for k in latent}
+    map_report = None
+    if polish:
+        if guide != "delta":
+            raise ValueError(f"polish applies to the 'delta' guide (a MAP), not {guide!r}")
+        point, map_report = polish_map(bayes_model, data, {k: samples[k][0, 0] for k in latent})
+        samples = {k: jnp.asarray(point[k])[None, None] for k in latent}
+        report = report._replace(
+            converged=map_report.converged,
+            message=f"{map_report.message} (SVI: {report.message})",
+        )
     loss_vars = {"loss": ("step", all_losses)}
     if map_losses.size:
         loss_vars["map_loss"] = ("map_step", np.asarray(map_losses))
     attrs = base_attrs(bayes_model, observations, method="svi", seed=seed, summary=summary)
     attrs.update(settings=settings, convergence=report._asdict(), timing=timing)
+    if map_report is not None:
+        attrs["map"] = map_report._asdict()
     extra = {
         "svi_state": state_to_dataset(state, kind=f"svi/{guide}"),
         "svi_loss": xr.Dataset(loss_vars),

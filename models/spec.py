@@ -27,7 +27,7 @@ ACTUATOR_NAMES = ("ideal", "viscous", "stribeck", "nn-friction", "nn-residual", 
 PRIOR_NAMES = ("informative", "weak")
 LIKELIHOOD_NAMES = ("forward", "inverse", "rollout")
 NOISE_NAMES = ("normal", "student-t")
-GEOMETRY_NAMES = ("whitened", "centered")
+GEOMETRY_NAMES = ("whitened", "centered", "identifiable")
 KINEMATICS_NAMES = ("known", "unknown")
 SPEC_FORMAT = "bayes-nea-model-spec/1"
 DEFAULT_HORIZON = 10
@@ -57,7 +57,10 @@ class ModelSpec:
             ``nea`` (its only one) and ``"forward"`` otherwise.
         noise: ``"normal"`` or ``"student-t"`` (``student_df`` degrees of freedom).
         noise_scale: fixed per-joint noise sd (one value or n values) or None (latent scales).
-        geometry: ``"whitened"`` or ``"centered"`` latent coordinates (``models/_sites.py``).
+        geometry: ``"whitened"`` or ``"centered"`` latent coordinates (``models/_sites.py``),
+            or ``"identifiable"``: base parameters, coefficients and noise only, each draw
+            completed from the prior (``models/identifiable.py``; ``diffnea`` with a
+            non-network actuator).
         kinematics: ``"known"`` or ``"unknown"`` (then only ``nokin-diffnea`` and ``ffnn`` apply).
         nn_width, nn_depth: hidden width and number of hidden layers of the networks.
         dt: RK4 step (s) of the rollout likelihood (the data's sampling period).

@@ -30,6 +30,7 @@ import bayes_nea as bn
 from models._sites import GaussianSite, Scales, characteristic_scales
 from models.actuators import Actuator, energy_class, make_actuator
 from models.families import Family, make_family
+from models.identifiable import identifiable_model
 from models.likelihoods import Likelihood as LikelihoodComponent
 from models.likelihoods import LinearStats, ModelData, check_data, make_likelihood
 from models.priors import Prior, get_prior
@@ -302,6 +303,8 @@ def build(spec: ModelSpec) -> BayesianModel:
     """
     if not isinstance(spec, ModelSpec):
         raise ValueError(f"expected a models.ModelSpec, got {type(spec).__name__}")
+    if spec.geometry == "identifiable":
+        return identifiable_model(build(spec.replace(geometry="whitened")))
     robot = spec._robot()
     prior = get_prior(spec.prior)
     scales = (

@@ -1,0 +1,432 @@
+"""Simulation-based calibration (SBC; Talts et al. 2018) of the identifiable-geometry posteriors.
+
+One replicate: draw a truth from the prior (:meth:`models.identifiable.IdentifiableModel.sample_prior`:
+base parameters, friction coefficients, noise scales, and a consistent theta), simulate data from
+it (uniform states, random efforts, forward dynamics plus the drawn noise), fit the posterior
+(Newton MAP, then NUTS from it with the Laplace metric) and record the rank of the truth among
+``L`` thinned posterior draws for every base parameter, friction coefficient and noise scale. If
+the posterior is the exact posterior of the prior that generated the truth, every rank is uniform
+on ``0..L`` and every central ``p`` interval covers the truth in a fraction ``p`` of replicates.
+
+:func:`run_calibration` runs replicates as dask tasks (like ``analysis.benchmark``), one JSON
+record per replicate written atomically, so an interrupted run resumes; :func:`summarise` gives
+per-quantity uniformity tests (chi-square on ``bins`` equal rank bins; Bonferroni correction over
+the quantities of a (system, variant)) and 50 % / 90 % coverage with its binomial standard error;
+:func:`plot_ranks` draws rank histograms with the 99 % band of a uniform histogram.
+
+``simuk`` (the ArviZ-verse SBC package) drives PyMC/Bambi/NumPyro models through their own
+samplers; our fits start from a Newton MAP with a fixed Laplace metric and record quantities that
+are functions of the latent sites, so a small harness here is simpler.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+from numpyro.infer import MCMC, NUTS
+from numpyro.infer.initialization import init_to_value
+from scipy import stats
+
+import bayes_nea as bn
+from analysis.plots import plt
+from data.io import write_atomic, write_json_atomic
+from inference import laplace_inverse_mass
+from inference.polish import polish_map
+from models import ModelData, build_model
+from models._sites import characteristic_scales
+from models.identifiable import identifiable_model
+
+RECORD_SCHEMA = 1
+SYSTEMS = ("cartpole", "furuta")
+VARIANTS = ("diffnea/viscous/informative", "diffnea/stribeck/informative")
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibrationSettings:
+    """Size of one SBC replicate.
+
+    Fields:
+        n_samples: simulated states per replicate.
+        num_warmup, num_samples: NUTS warm-up (step size only: Laplace metric) and draws (1 chain).
+        ranks: ``L`` thinned draws the truth is ranked among (``num_samples`` divisible by it).
+        batch_size: replicates fitted jointly in one NUTS run (:class:`StackedModel`).
+        seed: base seed; batch ``k`` uses ``fold_in(key(seed), k)``.
+    """
+
+    n_samples: int = 200
+    num_warmup: int = 300
+    num_samples: int = 400
+    ranks: int = 100
+    batch_size: int = 20
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def batch_id(system: str, variant: str, batch: int) -> str:
+    return f"{system}__{variant.replace('/', '-')}__{batch:04d}"
+
+
+def _identified(model, physical: dict) -> dict[str, np.ndarray]:
+    """The calibrated quantities of one draw or a batch: base parameters, coefficients, noise."""
+    out = {}
+    beta = np.asarray(physical["base_parameters"])
+    for k in range(beta.shape[-1]):
+        out[f"beta[{k}]"] = beta[..., k]
+    joints = model.robot.joint_names
+    for name, value in physical.items():
+        if name == "base_parameters":
+            continue
+        value = np.asarray(value)
+        for j, joint in enumerate(joints):
+            out[f"{name}[{joint}]"] = value[..., j]
+    return out
+
+
+class StackedModel:
+    """``R`` independent replicates of an identifiable model as one NumPyro model.
+
+    Latent sites get a leading replicate axis (``numpyro.plate``); the log likelihood is the sum
+    of the replicates' (vmapped). The joint posterior is the product of the replicates'
+    posteriors, so one NUTS run (one compile) samples all of them; with the Laplace metric (block
+    diagonal) the product stays well conditioned.
+    """
+
+    def __init__(self, model, replicates: int):
+        self.inner = model
+        self.replicates = replicates
+
+    def model(self, data) -> None:
+        m = self.inner
+        dtype = jnp.result_type(data.q)
+        with numpyro.plate("replicate", self.replicates):
+            sample = m.sample_latent(dtype)
+
+        def loglik(sample_r, data_r):
+            pred = m._qdd_features(sample_r, data_r)
+            sigma = m._sigma(sample_r, "qdd", dtype)
+            return jnp.sum(dist.Normal(pred, sigma[None, :]).log_prob(data_r.qdd))
+
+        numpyro.factor("obs_qdd", jnp.sum(jax.vmap(loglik)(sample, data)))
+
+
+def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dict]:
+    """``settings["batch_size"]`` SBC replicates (module docstring) fitted jointly; one record each.
+
+    Truths from the prior, data simulated per replicate, then a Newton MAP of the stacked model
+    (:class:`StackedModel`) and one NUTS chain with the Laplace metric at it.
+    """
+    s = CalibrationSettings(**settings)
+    if s.num_samples % s.ranks:
+        raise ValueError(f"num_samples {s.num_samples} is not a multiple of ranks {s.ranks}")
+    R = s.batch_size
+    robot = bn.get_system(system)
+    model = identifiable_model(build_model(variant, robot))
+    key = jax.random.fold_in(jax.random.key(s.seed), batch)
+    k_truth, k_states, k_tau, k_noise, k_fit = jax.random.split(key, 5)
+    truth, completion = model.sample_prior(k_truth, R)
+    truth = {k: jnp.asarray(v) for k, v in truth.items()}
+    q, qd, _ = bn.sample_states(robot, k_states, R * s.n_samples)
+    q, qd = (x.reshape(R, s.n_samples, robot.n) for x in (q, qd))
+    scale = jnp.asarray(characteristic_scales(robot).tau, q.dtype)
+    tau = scale[None, None, :] * jax.random.normal(k_tau, q.shape, q.dtype)
+
+    def simulate(sample, q, qd, tau, key):
+        clean = jax.vmap(model.qdd_fn(sample))(q, qd, tau)
+        sigma = model.physical(sample)["sigma_qdd"]
+        return clean + sigma[None, :] * jax.random.normal(key, q.shape, q.dtype)
+
+    qdd = jax.vmap(simulate)(truth, q, qd, tau, jax.random.split(k_noise, R))
+    prepared = [model.prepare(ModelData(q[r], qd[r], qdd[r], tau[r])) for r in range(R)]
+    data = jax.tree.map(lambda *xs: jnp.stack(xs), *prepared)
+    stacked = StackedModel(model, R)
+    init = jax.tree.map(lambda x: jnp.broadcast_to(x, (R, *x.shape)), model.init_sample())
+    point, report = polish_map(stacked, data, init, batch_size=32)
+    metric = laplace_inverse_mass(stacked, data, point, batch_size=32)
+    kernel = NUTS(
+        stacked.model,
+        inverse_mass_matrix=metric,
+        adapt_mass_matrix=False,
+        dense_mass=True,
+        init_strategy=init_to_value(values=point),
+    )
+    mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, progress_bar=False)
+    mcmc.run(k_fit, data, extra_fields=("num_steps", "diverging"))
+    draws = mcmc.get_samples()
+    extra = mcmc.get_extra_fields()
+    phys = jax.vmap(jax.vmap(model.physical), in_axes=1, out_axes=1)(draws)  # (D, R, ...)
+    post = _identified(model, {k: np.asarray(v) for k, v in phys.items()})
+    true = _identified(
+        model, {k: np.asarray(v) for k, v in jax.vmap(model.physical)(truth).items()}
+    )
+    thin = s.num_samples // s.ranks
+    records = []
+    for r in range(R):
+        quantities = {}
+        for name, values in post.items():
+            v = values[:, r]
+            t = float(true[name][r])
+            lo50, hi50, lo90, hi90 = np.quantile(v, [0.25, 0.75, 0.05, 0.95])
+            quantities[name] = {
+                "rank": int(np.sum(v[thin - 1 :: thin] < t)),
+                "truth": t,
+                "mean": float(v.mean()),
+                "sd": float(v.std()),
+                "in50": bool(lo50 <= t <= hi50),
+                "in90": bool(lo90 <= t <= hi90),
+            }
+        records.append(
+            {
+                "replicate": batch * R + r,
+                "quantities": quantities,
+                "truth_completion_tries": int(completion["completion_tries"][r]),
+            }
+        )
+    return {
+        "replicates": records,
+        "map_converged": bool(report.converged),
+        "map_message": report.message,
+        "divergences": int(np.sum(extra["diverging"])),
+        "leapfrog_per_draw": float(np.mean(extra["num_steps"])),
+    }
+
+
+def _run_one(system, variant, batch, settings, path) -> dict:
+    start = time.perf_counter()
+    try:
+        metrics, status, error = sbc_batch(system, variant, batch, settings), "ok", None
+    except Exception as err:  # a failed replicate must not stop the run; it is retried next time
+        metrics, status, error = {}, "error", f"{type(err).__name__}: {err}"
+    record = {
+        "schema": RECORD_SCHEMA,
+        "system": system,
+        "variant": variant,
+        "batch": batch,
+        "settings": settings,
+        "status": status,
+        "error": error,
+        "seconds": time.perf_counter() - start,
+        "metrics": metrics,
+    }
+    write_json_atomic(path, record)
+    return record
+
+
+def _read(path) -> dict | None:
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA else None
+
+
+def run_calibration(
+    out_dir,
+    *,
+    replicates: int,
+    systems=SYSTEMS,
+    variants=VARIANTS,
+    settings: CalibrationSettings | None = None,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    progress: bool = True,
+) -> list[dict]:
+    """Run (or resume) SBC: ``replicates`` per (system, variant) (rounded up to whole batches of
+    ``settings.batch_size``), one dask task per batch.
+
+    Records go to ``out_dir/batches/<id>.json``; finished ones with the same settings are kept.
+    Returns the finished batch records of the requested grid.
+    """
+    # dask is imported here on purpose: only the sweep itself needs it
+    from dask.distributed import Client, LocalCluster, as_completed
+
+    if replicates < 1:
+        raise ValueError(f"replicates must be >= 1, got {replicates}")
+    settings_dict = (settings or CalibrationSettings()).to_dict()
+    rep_dir = Path(out_dir) / "batches"
+    rep_dir.mkdir(parents=True, exist_ok=True)
+    for stale in rep_dir.glob(".*.tmp"):
+        stale.unlink()
+    n_batches = -(-replicates // settings_dict["batch_size"])
+    grid = [(s, v, b) for s in systems for v in variants for b in range(n_batches)]
+    records, todo = {}, []
+    for cell in grid:
+        path = rep_dir / f"{batch_id(*cell)}.json"
+        record = _read(path)
+        if record and record["status"] == "ok" and record["settings"] == settings_dict:
+            records[cell] = record
+        else:
+            todo.append(cell)
+    started = time.perf_counter()
+    kept = len(records)
+    if todo:
+        if scheduler is None:
+            cluster = LocalCluster(
+                n_workers=n_workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                dashboard_address=None,
+            )
+            client = Client(cluster)
+        else:
+            cluster, client = None, Client(scheduler)
+        futures = []
+        try:
+            futures = [
+                client.submit(
+                    _run_one,
+                    *cell,
+                    settings_dict,
+                    str(rep_dir / f"{batch_id(*cell)}.json"),
+                    key=f"sbc-{batch_id(*cell)}",
+                    pure=False,
+                )
+                for cell in todo
+            ]
+            for future in as_completed(futures):
+                record = future.result()
+                if record["status"] == "ok":
+                    records[(record["system"], record["variant"], record["batch"])] = record
+                if progress:
+                    done, total = len(records), len(grid)
+                    ran = done - kept
+                    left = (time.perf_counter() - started) / max(ran, 1) * (total - done)
+                    print(
+                        f"\rSBC {done}/{total} batches ({kept} kept)  left ~{left / 60:.0f} min",
+                        end="",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        finally:
+            for future in futures:
+                future.cancel()
+            client.close()
+            if cluster is not None:
+                cluster.close()
+        if progress:
+            print(file=sys.stderr)
+    return [records[c] for c in grid if c in records]
+
+
+def load_records(out_dir) -> list[dict]:
+    """Every finished batch record under ``out_dir/batches``."""
+    rep_dir = Path(out_dir) / "batches"
+    if not rep_dir.is_dir():
+        raise ValueError(f"{rep_dir} does not exist: run the calibration into {out_dir} first")
+    records = [_read(p) for p in sorted(rep_dir.glob("*.json"))]
+    return [r for r in records if r and r["status"] == "ok"]
+
+
+def _replicates(records: list[dict]) -> dict[tuple, list[dict]]:
+    """Batch records flattened to ``{(system, variant): [replicate, ...]}`` (each with ``ranks``);
+    batches whose MAP did not converge (NUTS then started from a non-stationary point with a
+    floored metric) are left out."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if not r["metrics"].get("map_converged", True):
+            continue
+        for rep in r["metrics"]["replicates"]:
+            groups.setdefault((r["system"], r["variant"]), []).append(
+                dict(rep, ranks=r["settings"]["ranks"])
+            )
+    return groups
+
+
+def summarise(records: list[dict], *, bins: int = 10, alpha: float = 0.01) -> list[dict]:
+    """Per (system, variant, quantity): rank uniformity and coverage (batches whose MAP did not
+    converge are left out).
+
+    Uniformity: chi-square test of the ranks in ``bins`` bins (integer edges, expected counts
+    proportional to the number of rank values in each) against uniform; a quantity
+    fails when its p-value is below ``alpha / m`` (Bonferroni over the ``m`` quantities of its
+    (system, variant)). Coverage: fraction of replicates whose central 50 % / 90 % interval holds
+    the truth, with the binomial standard error ``sqrt(p (1 - p) / R)``.
+    """
+    groups = _replicates(records)
+    rows = []
+    for (system, variant), recs in sorted(groups.items()):
+        L = recs[0]["ranks"]
+        names = list(recs[0]["quantities"])
+        m = len(names)
+        for name in names:
+            q = [r["quantities"][name] for r in recs]
+            ranks = np.array([x["rank"] for x in q])
+            # ranks take the L + 1 values 0..L: integer bin edges, expected counts by bin width
+            edges = np.round(np.linspace(0, L + 1, bins + 1))
+            counts = np.histogram(ranks, bins=edges)[0]
+            expected = len(ranks) * np.diff(edges) / (L + 1)
+            p = float(stats.chisquare(counts, expected).pvalue)
+            R = len(q)
+            in50 = float(np.mean([x["in50"] for x in q]))
+            in90 = float(np.mean([x["in90"] for x in q]))
+            rows.append(
+                {
+                    "system": system,
+                    "variant": variant,
+                    "quantity": name,
+                    "replicates": R,
+                    "chi2_p": p,
+                    "uniform": p >= alpha / m,
+                    "cover50": in50,
+                    "cover50_se": float(np.sqrt(0.5 * 0.5 / R)),
+                    "cover90": in90,
+                    "cover90_se": float(np.sqrt(0.9 * 0.1 / R)),
+                }
+            )
+    return rows
+
+
+def summary_table(rows: list[dict], *, alpha: float = 0.01) -> str:
+    """Markdown table of :func:`summarise` rows."""
+    lines = [
+        f"Uniformity: chi-square on 10 rank bins, Bonferroni over the quantities of each "
+        f"(system, variant) at family-wise alpha = {alpha}. Coverage: fraction of replicates "
+        "whose central interval holds the truth (binomial se of the nominal rate in brackets).",
+        "",
+        "| system | variant | quantity | R | chi2 p | uniform | 50 % cover | 90 % cover |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['system']} | {r['variant']} | {r['quantity']} | {r['replicates']} | "
+            f"{r['chi2_p']:.3f} | {'yes' if r['uniform'] else 'NO'} | {r['cover50']:.2f} "
+            f"(+-{r['cover50_se']:.2f}) | {r['cover90']:.2f} (+-{r['cover90_se']:.2f}) |"
+        )
+    return "\n".join(lines)
+
+
+def plot_ranks(records: list[dict], path, *, bins: int = 10) -> None:
+    """Rank histograms (one panel per quantity and (system, variant)) with the 99 % band of a
+    uniform histogram (binomial quantiles), written atomically as PNG."""
+    groups = _replicates(records)
+    panels = [(key, name) for key, recs in sorted(groups.items()) for name in recs[0]["quantities"]]
+    cols = 4
+    rows = max(1, -(-len(panels) // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.4 * rows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.axis("off")
+    for ax, (key, name) in zip(axes.flat, panels, strict=False):
+        recs = groups[key]
+        L = recs[0]["ranks"]
+        ranks = [r["quantities"][name]["rank"] for r in recs]
+        R = len(ranks)
+        lo, hi = stats.binom.ppf([0.005, 0.995], R, 1 / bins)
+        ax.axhspan(lo, hi, color="0.85")
+        ax.axhline(R / bins, color="0.5", lw=0.8)
+        ax.hist(ranks, bins=bins, range=(0, L + 1), color="C0", edgecolor="white")
+        ax.set_title(f"{key[0]} {key[1].split('/')[1]}\n{name}", fontsize=7)
+        ax.tick_params(labelsize=6)
+    fig.tight_layout()
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=90))
+    plt.close(fig)

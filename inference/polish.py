@@ -1,0 +1,169 @@
+"""A MAP that is a MAP: damped Newton on the unconstrained latent coordinates, with a checked end.
+
+SVI with a constant learning rate stops where the loss looks flat, which need not be a stationary
+point (issue 10: gradient norm 1.2e3 and two negative Hessian eigenvalues after 3,000 Adam steps
+that reported "converged"). :func:`polish_map` takes any starting point and runs Newton steps
+``x <- x - V diag(1 / (|w| (1 + lambda))) V^T g`` (``H = V diag(w) V^T``) on the potential
+energy ``-log p(x, data)`` in NumPyro's unconstrained space: Newton where the Hessian is positive
+definite, the saddle-free step (|eigenvalues|; Dauphin et al. 2014) where it is not, and a damping
+``lambda`` raised until the step lowers the energy and lowered after a good step. The damping is
+relative to each eigenvalue, so flat and stiff directions converge together (an additive
+Levenberg-Marquardt shift scaled to the largest eigenvalue took ~100 steps on posteriors with
+eigenvalues from 1 to 1e9). It reports the gradient's
+norm and the Hessian's eigenvalues at the end, and calls the point a MAP only when the gradient
+norm is below ``gtol`` (relative to the Hessian's scale: the Newton decrement
+``sqrt(g^T H^-1 g)``, the expected change of the energy's square root, is below ``gtol``) and the
+Hessian is positive definite.
+
+The Hessian is dense (d x d from d Hessian-vector products), so this is meant for the identifiable
+coordinates (``models.identifiable``: tens of values) and other small models.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
+
+
+class MapReport(NamedTuple):
+    """The end of a :func:`polish_map` run.
+
+    Fields:
+        iterations: Newton steps taken.
+        energy: potential energy ``-log p(x, data)`` at the end.
+        grad_norm: Euclidean norm of its gradient (unconstrained coordinates).
+        newton_decrement: ``sqrt(g^T H^-1 g)`` (inf when H is not positive definite).
+        min_eigenvalue, max_eigenvalue: extreme eigenvalues of the Hessian.
+        converged: ``newton_decrement <= gtol`` and the Hessian positive definite.
+        message: one line for people.
+    """
+
+    iterations: int
+    energy: float
+    grad_norm: float
+    newton_decrement: float
+    min_eigenvalue: float
+    max_eigenvalue: float
+    converged: bool
+    message: str
+
+
+def _hessian(grad, x, batch_size):
+    def column(v):
+        return jax.jvp(grad, (x,), (v,))[1]
+
+    basis = jnp.eye(x.shape[0], dtype=x.dtype)
+    return jax.lax.map(column, basis, batch_size=min(batch_size, x.shape[0]))
+
+
+def polish_map(
+    bayes_model,
+    data,
+    point: dict,
+    *,
+    max_iter: int = 100,
+    gtol: float = 1e-6,
+    batch_size: int = 8,
+) -> tuple[dict, MapReport]:
+    """Damped Newton from ``point`` to a stationary point of the log joint (module docstring).
+
+    Args:
+        bayes_model: an object with ``model(data)`` (a NumPyro model).
+        data: the model's argument.
+        point: ``{latent site: value}`` in constrained space (e.g. ``model.init_sample()`` or an
+            SVI MAP).
+        max_iter: most Newton steps.
+        gtol: tolerance on the Newton decrement (the energy is within ``gtol^2 / 2`` of the
+            quadratic model's minimum).
+        batch_size: Hessian columns computed at once.
+
+    Returns:
+        ``(point, report)``: the polished ``{site: value}`` (constrained space) and a
+        :class:`MapReport`.
+
+    Raises:
+        ValueError: ``max_iter < 1`` or ``gtol <= 0``.
+    """
+    if max_iter < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    if not gtol > 0:
+        raise ValueError(f"gtol must be > 0, got {gtol}")
+    unconstrained = unconstrain_fn(bayes_model.model, (data,), {}, point)
+    x0, unravel = ravel_pytree(unconstrained)
+
+    def energy(x):
+        return potential_energy(bayes_model.model, (data,), {}, unravel(x))
+
+    value_and_grad = jax.jit(jax.value_and_grad(energy))
+    hessian = jax.jit(lambda x: _hessian(jax.grad(energy), x, batch_size))
+    f_energy = jax.jit(energy)
+
+    x = np.asarray(x0, np.float64)
+    dtype = x0.dtype
+    damping = 1e-3
+    e, g = value_and_grad(jnp.asarray(x, dtype))
+    e, g = float(e), np.asarray(g, np.float64)
+    if not np.isfinite(e):
+        raise ValueError("the log joint is not finite at the starting point")
+    iterations = 0
+    decrement = np.inf
+    while iterations < max_iter:
+        iterations += 1
+        H = np.asarray(hessian(jnp.asarray(x, dtype)), np.float64)
+        H = 0.5 * (H + H.T)
+        w, V = np.linalg.eigh(H)
+        if w[0] > 0:
+            decrement = float(np.sqrt(g @ (V @ ((V.T @ g) / w))))
+            if decrement <= gtol:
+                break
+        scale = max(np.abs(w).max(), 1e-300)
+        accepted = False
+        for _ in range(60):
+            shifted = np.maximum(np.abs(w), 1e-12 * scale) * (1.0 + damping)
+            step = -(V @ ((V.T @ g) / shifted))
+            e_new = float(f_energy(jnp.asarray(x + step, dtype)))
+            if np.isfinite(e_new) and e_new < e:
+                accepted = True
+                break
+            damping *= 10.0
+        if not accepted:
+            break
+        x = x + step
+        damping = max(damping / 10.0, 1e-12)
+        e, g = value_and_grad(jnp.asarray(x, dtype))
+        e, g = float(e), np.asarray(g, np.float64)
+    H = np.asarray(hessian(jnp.asarray(x, dtype)), np.float64)
+    w = np.linalg.eigvalsh(0.5 * (H + H.T))
+    pd = bool(w[0] > 0)
+    decrement = float(np.sqrt(max(g @ np.linalg.solve(H, g), 0.0))) if pd else float("inf")
+    converged = pd and decrement <= gtol
+    grad_norm = float(np.linalg.norm(g))
+    if converged:
+        message = (
+            f"MAP: Newton decrement {decrement:.2e} <= {gtol:g}, gradient norm {grad_norm:.2e}, "
+            f"Hessian positive definite (eigenvalues {w[0]:.3g} .. {w[-1]:.3g}) after "
+            f"{iterations} steps"
+        )
+    else:
+        message = (
+            f"not a MAP: Newton decrement {decrement:.2e} (tolerance {gtol:g}), gradient norm "
+            f"{grad_norm:.2e}, Hessian eigenvalues {w[0]:.3g} .. {w[-1]:.3g} after {iterations} "
+            "steps"
+        )
+    out = constrain_fn(bayes_model.model, (data,), {}, unravel(jnp.asarray(x, dtype)))
+    report = MapReport(
+        iterations=iterations,
+        energy=e,
+        grad_norm=grad_norm,
+        newton_decrement=decrement,
+        min_eigenvalue=float(w[0]),
+        max_eigenvalue=float(w[-1]),
+        converged=converged,
+        message=message,
+    )
+    return {k: out[k] for k in point}, report

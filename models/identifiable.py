@@ -1,0 +1,617 @@
+"""Identifiable (base-parameter) geometry of the white-box ``diffnea`` models.
+
+With known kinematics the inverse dynamics are linear in theta (n, 10):
+``tau = Y(q, qd, qdd) theta = Y_b beta`` with the base parameters ``beta = B theta`` (b,)
+(Gautier 1991; :func:`bayes_nea.base_parameters`), and ``M(q)``, ``h(q, qd)`` and hence ABA's
+forward dynamics depend on theta only through ``beta``. The likelihood therefore depends only on
+``(beta, actuator coefficients, noise scales)``; the other ``10 n - b`` directions of theta are
+informed by the prior alone. Sampling DiffNEA's virtual parameters puts NUTS on a curved ridge
+along those unseen directions (its width shrinks as ``1 / sqrt(N)``, its curvature does not), which
+a fixed metric fits less and less as the data grow. This module samples what the data identify and
+completes every draw from the prior:
+
+**Prior** (a proper joint prior on theta, defined generatively):
+
+1. ``G = N(mu, Sigma)``: a Gaussian on theta (10 n,) whose mean and covariance match the
+   push-forward of the variant's virtual-parameter prior (Monte Carlo with a fixed seed,
+   :func:`theta_moments`).
+2. ``beta ~ N(B mu, B Sigma B^T)``: the base parameters' marginal under ``G``.
+3. ``theta | beta ~ G(theta | B theta = beta)`` truncated to the physically consistent set
+   ``C = {theta: every body's pseudo-inertia is positive definite}`` (Wensing et al. 2017). ``C``
+   is convex and the Gaussian conditional log-concave, so the conditional is a log-concave
+   density on a convex set; it is drawn exactly by rejection from the untruncated conditional
+   (:meth:`IdentifiableModel.complete`), whose acceptance rate is the conditional probability of
+   ``C`` (measured and returned).
+
+So every completed draw is a physically consistent body with the sampled base parameters exactly,
+and the DiffNEA virtual parameters (:func:`bayes_nea.bodies_from_theta` ``"diffnea"``) exist for
+every draw. ``beta`` with an empty consistent slice (``theta | beta`` has no consistent value)
+has prior probability below the Monte-Carlo resolution for the informative priors; the
+completion then reports failure (``completion_ok`` False) rather than returning an inconsistent
+body.
+
+**The NumPyro model** (:meth:`IdentifiableModel.model`) has latent sites ``base_z`` (b,)
+(``beta = B mu + L z``, ``L L^T = B Sigma B^T``), the actuator's coefficient sites and the noise
+sites of the variant (the same sites and priors as :func:`models.build_model`'s model). Dynamics
+use the representative ``theta(beta) = E[theta | beta]`` under ``G`` (affine in beta, with
+``B theta(beta) = beta``); any representative gives the same ``M``, ``h`` and torques.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+import bayes_nea as bn
+from models.likelihoods import LinearStats, ModelData, check_data
+
+Array = jax.Array
+
+GEOMETRY = "identifiable"
+BASE_SITE = "base_z"
+DEFAULT_MOMENT_DRAWS = 20_000
+DEFAULT_MAX_TRIES = 2_000
+
+
+class BaseFeatures(NamedTuple):
+    """Data plus their base-parameter features (:meth:`IdentifiableModel.prepare`).
+
+    Fields:
+        q, qd, qdd, tau: (N, n) as in ``models.ModelData``.
+        mass: (N, n, n, b) ``M(q) = sum_k beta_k mass[..., k]`` (forward likelihood) or None.
+        bias: (N, n, b) ``h(q, qd) = bias @ beta`` (Coriolis, centrifugal, gravity) or None.
+        regressor: (N, n, b) ``Y_b(q, qd, qdd)`` (inverse likelihood) or None.
+    """
+
+    q: Array
+    qd: Array
+    qdd: Array
+    tau: Array
+    mass: Array | None = None
+    bias: Array | None = None
+    regressor: Array | None = None
+
+
+def theta_moments(model, *, draws: int = DEFAULT_MOMENT_DRAWS, seed: int = 0):
+    """Mean (10 n,) and covariance (10 n, 10 n) of theta under ``model``'s inertia prior.
+
+    Monte Carlo push-forward of the DiffNEA virtual-parameter prior (``draws`` draws, fixed
+    ``seed``, float64 numpy).
+    """
+    site = model.family.inertia
+    loc = np.asarray(site.prior.loc, np.float64)
+    scale = np.asarray(site.prior.scale, np.float64)
+    rng = np.random.default_rng(seed)
+    x = loc[None] + scale[None] * rng.standard_normal((draws, *loc.shape))
+    with jax.ensure_compile_time_eval():
+        theta = np.asarray(bn.bodies_to_theta("diffnea", jnp.asarray(x)), np.float64)
+    theta = theta.reshape(draws, -1)
+    return theta.mean(axis=0), np.cov(theta, rowvar=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianCondition:
+    """``G = N(mu, Sigma)`` on theta split into base parameters and the unseen directions.
+
+    Fields (numpy float64; p = 10 n, b base parameters):
+        B: (b, p) ``beta = B theta``.
+        mu: (p,), cov: (p, p) the Gaussian ``G``.
+        beta_mean: (b,) ``B mu``; beta_chol: (b, b) lower Cholesky factor of ``B Sigma B^T``.
+        gain: (p, b) ``Sigma B^T (B Sigma B^T)^-1``: ``E[theta | beta] = mu + gain (beta - B mu)``.
+        null_factor: (p, p - b) with ``null_factor null_factor^T = Cov[theta | beta]``.
+    """
+
+    B: np.ndarray
+    mu: np.ndarray
+    cov: np.ndarray
+    beta_mean: np.ndarray
+    beta_chol: np.ndarray
+    gain: np.ndarray
+    null_factor: np.ndarray
+
+    @classmethod
+    def build(cls, B, mu, cov) -> GaussianCondition:
+        """Split ``N(mu, cov)`` by ``beta = B theta`` (closed-form Gaussian conditioning)."""
+        B, mu, cov = (np.asarray(a, np.float64) for a in (B, mu, cov))
+        b, p = B.shape
+        if mu.shape != (p,) or cov.shape != (p, p):
+            raise ValueError(f"mu {mu.shape} and cov {cov.shape} do not match B {B.shape}")
+        cov = 0.5 * (cov + cov.T)
+        S = B @ cov @ B.T
+        gain = np.linalg.solve(S, B @ cov).T
+        cond = cov - gain @ S @ gain.T
+        w, V = np.linalg.eigh(0.5 * (cond + cond.T))
+        keep = np.argsort(w)[::-1][: p - b]
+        if np.any(w[keep] <= 0):
+            raise ValueError("the theta covariance is singular on the directions beta leaves free")
+        return cls(
+            B=B,
+            mu=mu,
+            cov=cov,
+            beta_mean=B @ mu,
+            beta_chol=np.linalg.cholesky(S),
+            gain=gain,
+            null_factor=V[:, keep] * np.sqrt(w[keep])[None, :],
+        )
+
+    def representative(self, beta: Array) -> Array:
+        """``E[theta | beta]`` (p,) under ``G``: affine in beta, ``B theta = beta``."""
+        dtype = beta.dtype
+        return jnp.asarray(self.mu, dtype) + jnp.asarray(self.gain, dtype) @ (
+            beta - jnp.asarray(self.beta_mean, dtype)
+        )
+
+    def beta(self, z: Array) -> Array:
+        """Base parameters (b,) of the whitened coordinate ``z`` (b,)."""
+        dtype = z.dtype
+        return jnp.asarray(self.beta_mean, dtype) + jnp.asarray(self.beta_chol, dtype) @ z
+
+
+def consistent(theta_flat: Array) -> Array:
+    """Whether every body of theta (p,) = (10 n,) has a positive definite pseudo-inertia."""
+    return jnp.all(bn.is_physically_consistent(theta_flat.reshape(-1, 10)))
+
+
+def truncated_conditional(
+    key,
+    beta: Array,
+    condition: GaussianCondition,
+    *,
+    accept=consistent,
+    max_tries=DEFAULT_MAX_TRIES,
+):
+    """One exact draw of theta | beta from ``G(theta | beta)`` truncated to ``accept``.
+
+    Rejection from the untruncated Gaussian conditional (``lax.while_loop``; vmappable over keys
+    and betas). Exact for any acceptance set; the expected number of tries is one over the
+    conditional probability of the set.
+
+    Args:
+        key: ``jax.random`` key.
+        beta: (b,) base parameters.
+        condition: the :class:`GaussianCondition`.
+        accept: ``theta (p,) -> bool`` (default: all bodies physically consistent).
+        max_tries: give up after this many proposals.
+
+    Returns:
+        ``(theta (p,), ok (), tries ())``; when ``ok`` is False theta is the last (rejected)
+        proposal and must not be used.
+    """
+    dtype = beta.dtype
+    mean = condition.representative(beta)
+    F = jnp.asarray(condition.null_factor, dtype)
+
+    def propose(k):
+        return mean + F @ jax.random.normal(k, (F.shape[1],), dtype)
+
+    def cond(carry):
+        _, _, ok, tries = carry
+        return (~ok) & (tries < max_tries)
+
+    def body(carry):
+        key, _, _, tries = carry
+        key, sub = jax.random.split(key)
+        theta = propose(sub)
+        return key, theta, accept(theta), tries + 1
+
+    init = (key, mean, jnp.asarray(False), jnp.asarray(0, jnp.int32))
+    _, theta, ok, tries = jax.lax.while_loop(cond, body, init)
+    return theta, ok, tries
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class IdentifiableModel:
+    """A ``diffnea`` variant in base-parameter coordinates (module docstring).
+
+    Same protocol as :class:`models.BayesianModel` (``model(data)``, ``physical(sample)``,
+    ``qdd_fn(sample)``, ``tau_fn``, ``latent_sites``, ``init_sample``, ``spec``, ``robot``,
+    ``likelihood``), plus :meth:`complete` (theta and virtual parameters of each draw) and
+    :meth:`sample_prior` (joint draws from the prior, for simulation-based calibration).
+
+    Fields:
+        source: the ``diffnea`` :class:`models.BayesianModel` this was built from (actuator and
+            noise sites, likelihood settings, robot).
+        base: the robot's :class:`bayes_nea.BaseParameters`.
+        condition: the :class:`GaussianCondition` of the theta prior.
+    """
+
+    source: object  # the models.BayesianModel it was built from
+    base: bn.BaseParameters
+    condition: GaussianCondition
+    max_tries: int = DEFAULT_MAX_TRIES
+
+    @functools.cached_property
+    def completer(self):
+        """Jitted ``(keys (D,), beta (D, b)) -> (theta (D, p), ok (D,), tries (D,))``."""
+        condition, max_tries = self.condition, self.max_tries
+        return jax.jit(
+            jax.vmap(lambda k, b: truncated_conditional(k, b, condition, max_tries=max_tries))
+        )
+
+    # --- protocol attributes ------------------------------------------------------------------
+
+    @property
+    def spec(self):
+        """The source's ``models.ModelSpec`` with ``geometry="identifiable"``: the result of a
+        fit stores it, and ``models.build`` rebuilds this model from it."""
+        return self.source.spec.replace(geometry=GEOMETRY)
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    @property
+    def robot(self) -> bn.Robot:
+        return self.source.robot
+
+    @property
+    def dynamics_robot(self) -> bn.Robot:
+        return self.source.robot
+
+    @property
+    def likelihood(self):
+        """The source's likelihood component (its ``observations`` data form is used)."""
+        return self.source.likelihood
+
+    @property
+    def family(self):
+        return self.source.family
+
+    @property
+    def linear_exact(self) -> bool:
+        return False
+
+    def observations(self, data):
+        """Validated (N, n) arrays from a ``data.Dataset`` or arrays (the source's data form)."""
+        return self.source.observations(data)
+
+    @property
+    def geometry(self) -> str:
+        return GEOMETRY
+
+    @property
+    def energy_class(self) -> str:
+        return self.source.energy_class
+
+    @property
+    def actuator(self):
+        return self.source.actuator
+
+    @property
+    def noise_sites(self):
+        return self.source.noise_sites
+
+    @property
+    def base_names(self) -> tuple[str, ...]:
+        """Readable expression of each base parameter in theta's entries."""
+        return self.base.names
+
+    # --- pure functions of one draw -------------------------------------------------------------
+
+    def beta(self, sample: dict) -> Array:
+        """Base parameters (b,) of one draw."""
+        return self.condition.beta(sample[BASE_SITE])
+
+    def params(self, sample: dict) -> bn.RobotParams:
+        """Rigid-body parameters with the representative theta ``E[theta | beta]`` (n, 10)."""
+        theta = self.condition.representative(self.beta(sample)).reshape(self.robot.n, 10)
+        nominal = self.robot.nominal
+        dtype = theta.dtype
+        return bn.RobotParams(
+            theta, jnp.asarray(nominal.rpy, dtype), jnp.asarray(nominal.xyz, dtype)
+        )
+
+    def physical(self, sample: dict) -> dict:
+        """``base_parameters`` (b,), actuator coefficients (n,) each and noise scales (n,)."""
+        out = {"base_parameters": self.beta(sample)}
+        out.update(self.actuator.physical(sample))
+        for site in self.noise_sites:
+            out[site.name.removeprefix("log_")] = jnp.exp(site.value(sample))
+        return out
+
+    def qdd_fn(self, sample: dict):
+        """``f(q, qd, tau_d) -> qdd`` (n,) of one draw (actuator then ABA); pure, vmappable."""
+        actuator, robot = self.actuator, self.robot
+        params = self.params(sample)
+
+        def f(q, qd, tau_d):
+            dtype = jnp.result_type(q)
+            s = {k: jnp.asarray(v, dtype) for k, v in sample.items()}
+            tau = actuator.torque(s, tau_d, q, qd)
+            return bn.aba(robot, q, qd, tau, params=params.astype(dtype))
+
+        return f
+
+    def tau_fn(self, sample: dict):
+        """``g(q, qd, qdd) -> tau_d`` (n,) of one draw (RNEA then the actuator's inverse)."""
+        if not self.actuator.invertible:
+            self.actuator.command(sample, None, None, None)  # raises with the reason
+        actuator, robot = self.actuator, self.robot
+        params = self.params(sample)
+
+        def g(q, qd, qdd):
+            dtype = jnp.result_type(q)
+            s = {k: jnp.asarray(v, dtype) for k, v in sample.items()}
+            tau = bn.rnea(robot, q, qd, qdd, params=params.astype(dtype))
+            return actuator.command(s, tau, q, qd)
+
+        return g
+
+    def init_sample(self, *, key=None, dtype=None) -> dict:
+        """Latent values at the prior medians (``base_z = 0``: ``beta = B mu``)."""
+        dtype = dtype or jnp.result_type(float)
+        key = jax.random.key(0) if key is None else key
+        out = {BASE_SITE: jnp.zeros(self.base.n_base, dtype)}
+        out.update(self.actuator.init_sample(key, dtype))
+        out.update({s.site: s.init(dtype) for s in self.noise_sites})
+        return out
+
+    @property
+    def latent_sites(self) -> tuple[str, ...]:
+        return tuple(self.init_sample())
+
+    # --- completion and prior draws -------------------------------------------------------------
+
+    def complete(self, key, samples: dict) -> dict:
+        """theta and DiffNEA virtual parameters of every draw, from ``theta | beta`` (the prior).
+
+        Args:
+            key: ``jax.random`` key (one subkey per draw).
+            samples: latent sites with a leading draw axis ``{site: (D, ...)}``.
+
+        Returns:
+            ``{"theta": (D, n, 10), "virtual": (D, n, 10), "completion_ok": (D,),
+            "completion_tries": (D,)}`` (numpy); ``virtual`` is NaN where ``completion_ok`` is
+            False.
+        """
+        beta = jax.vmap(self.beta)({BASE_SITE: jnp.asarray(samples[BASE_SITE])})
+        keys = jax.random.split(key, beta.shape[0])
+        theta, ok, tries = self.completer(keys, beta)
+        n = self.robot.n
+        theta = theta.reshape(-1, n, 10)
+        safe = jnp.where(ok[:, None, None], theta, self.condition.mu.reshape(n, 10))
+        virtual = _virtual(safe)
+        virtual = jnp.where(ok[:, None, None], virtual, jnp.nan)
+        return {
+            "theta": np.asarray(theta),
+            "virtual": np.asarray(virtual),
+            "completion_ok": np.asarray(ok),
+            "completion_tries": np.asarray(tries),
+        }
+
+    def sample_prior(self, key, num: int, *, dtype=None) -> tuple[dict, dict]:
+        """``num`` joint draws from the prior: latent sites and their completion.
+
+        Draws whose ``theta | beta`` slice had no consistent value within ``max_tries`` are
+        replaced by redraws (the prior is truncated to base parameters of a consistent body).
+
+        Returns:
+            ``(latent {site: (num, ...)}, completion as from :meth:`complete`)``.
+        """
+        dtype = dtype or jnp.result_type(float)
+        latent_out, comp_out = [], []
+        have = 0
+        while have < num:
+            key, k_lat, k_comp = jax.random.split(key, 3)
+            latent = _prior_latent(self, k_lat, num, dtype)
+            comp = self.complete(k_comp, latent)
+            ok = comp["completion_ok"]
+            latent_out.append({k: np.asarray(v)[ok] for k, v in latent.items()})
+            comp_out.append({k: v[ok] for k, v in comp.items()})
+            have += int(ok.sum())
+        latent = {k: np.concatenate([d[k] for d in latent_out])[:num] for k in latent_out[0]}
+        comp = {k: np.concatenate([d[k] for d in comp_out])[:num] for k in comp_out[0]}
+        return latent, comp
+
+    # --- data and the NumPyro model -----------------------------------------------------------
+
+    def prepare(self, data: ModelData) -> BaseFeatures:
+        """The data with their base-parameter features (:class:`BaseFeatures`), computed once.
+
+        Forward likelihood: ``M_k(q)`` and ``h_k(q, qd)`` per sample; inverse: ``Y_b(q, qd,
+        qdd)``. With them a likelihood evaluation is an ``n x n`` solve per sample instead of an
+        ABA (same values: tested against the ABA path).
+        """
+        self.check(data)
+        if isinstance(data, BaseFeatures):
+            return data
+        robot, base = self.robot, self.base
+        n = robot.n
+        params = robot.nominal.astype(data.q.dtype)
+
+        def regressor(q, qd, qdd):
+            return base.regressor(bn.joint_torque_regressor(robot, q, qd, qdd, params=params))
+
+        if self.source.spec.likelihood == "inverse":
+            Yb = jax.jit(jax.vmap(regressor))(data.q, data.qd, data.qdd)
+            return BaseFeatures(*data, regressor=Yb)
+
+        def mass_bias(q, qd):
+            zero = jnp.zeros_like(q)
+            bias = regressor(q, qd, zero)
+            gravity = regressor(q, zero, zero)
+            eye = jnp.eye(n, dtype=q.dtype)
+            cols = jax.vmap(lambda e: regressor(q, zero, e) - gravity)(eye)  # (j, i, k)
+            return jnp.transpose(cols, (1, 0, 2)), bias
+
+        mass, bias = jax.jit(jax.vmap(mass_bias))(data.q, data.qd)
+        return BaseFeatures(*data, mass=mass, bias=bias)
+
+    def check(self, data) -> None:
+        """Raise ``ValueError`` if ``data`` cannot condition this model."""
+        if isinstance(data, LinearStats):
+            raise ValueError("the identifiable geometry takes ModelData, not LinearStats")
+        check_data(
+            ModelData(data.q, data.qd, data.qdd, data.tau),
+            n=self.robot.n,
+            ndim=2,
+            what=f"data for {self.name!r}",
+        )
+        if isinstance(data, BaseFeatures):
+            need = "regressor" if self.source.spec.likelihood == "inverse" else "mass"
+            if getattr(data, need) is None:
+                raise ValueError(
+                    f"BaseFeatures lack {need!r} for the {self.source.spec.likelihood!r} likelihood; "
+                    "build them with this model's prepare(data)"
+                )
+
+    def sample_latent(self, dtype) -> dict:
+        """Declare the latent sites (inside a NumPyro model); returns one draw."""
+        b = self.base.n_base
+        z = numpyro.sample(
+            BASE_SITE, dist.Normal(jnp.zeros(b, dtype), jnp.ones(b, dtype)).to_event(1)
+        )
+        sample = {BASE_SITE: z}
+        sample.update(self.actuator.sample(dtype))
+        sample.update({s.site: s.sample(dtype) for s in self.noise_sites})
+        return sample
+
+    def _qdd_features(self, sample, batch: BaseFeatures) -> Array:
+        """Accelerations (N, n) ``M(q)^-1 (tau - h)`` from the features, ``M = sum_k beta_k M_k``."""
+        beta = self.beta(sample)
+        dtype = batch.q.dtype
+        s = {k: jnp.asarray(v, dtype) for k, v in sample.items()}
+        tau = jax.vmap(lambda t, q, qd: self.actuator.torque(s, t, q, qd))(
+            batch.tau, batch.q, batch.qd
+        )
+        M = jnp.einsum("sijk,k->sij", batch.mass, beta)
+        rhs = tau - jnp.einsum("sik,k->si", batch.bias, beta)
+        return spd_solve(M, rhs)
+
+    def _tau_features(self, sample, batch: BaseFeatures) -> Array:
+        """Commanded efforts (N, n): the actuator's inverse of ``Y_b beta``."""
+        beta = self.beta(sample)
+        dtype = batch.q.dtype
+        s = {k: jnp.asarray(v, dtype) for k, v in sample.items()}
+        tau = jnp.einsum("sik,k->si", batch.regressor, beta)
+        return jax.vmap(lambda t, q, qd: self.actuator.command(s, t, q, qd))(tau, batch.q, batch.qd)
+
+    def _sigma(self, sample, key: str, dtype) -> Array:
+        fixed = self.source.noise_scale
+        if fixed is not None:
+            return jnp.asarray(fixed, dtype)
+        site = next(s for s in self.noise_sites if s.name == "log_sigma_" + key)
+        return jnp.exp(site.value(sample)).astype(dtype)
+
+    def model(self, data: ModelData | BaseFeatures, *, subsample_size: int | None = None) -> None:
+        """The NumPyro model: ``base_z``, actuator and noise sites, then ``obs_qdd``/``obs_tau``."""
+        self.check(data)
+        dtype = jnp.result_type(data.q)
+        sample = self.sample_latent(dtype)
+        N = data.q.shape[0]
+        features = isinstance(data, BaseFeatures)
+        with numpyro.plate("data", N, subsample_size=subsample_size) as idx:
+            batch = (
+                data
+                if subsample_size is None
+                else type(data)(*(None if x is None else x[idx] for x in data))
+            )
+            if self.source.spec.likelihood == "forward":
+                if features:
+                    pred = self._qdd_features(sample, batch)
+                else:
+                    pred = jax.vmap(self.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
+                site, obs, key = "obs_qdd", batch.qdd, "qdd"
+            else:
+                if features:
+                    pred = self._tau_features(sample, batch)
+                else:
+                    pred = jax.vmap(self.tau_fn(sample))(batch.q, batch.qd, batch.qdd)
+                site, obs, key = "obs_tau", batch.tau, "tau"
+            scale = jnp.broadcast_to(self._sigma(sample, key, dtype), pred.shape)
+            if self.source.noise == "student-t":
+                d = dist.StudentT(jnp.asarray(self.source.student_df, dtype), pred, scale)
+            else:
+                d = dist.Normal(pred, scale)
+            numpyro.sample(site, d.to_event(1), obs=obs)
+
+
+def spd_solve(M: Array, rhs: Array) -> Array:
+    """``M^-1 rhs`` for a batch of small symmetric positive definite ``M`` (..., n, n), (..., n).
+
+    Cholesky ``M = L L^T`` and two triangular solves unrolled over the (static, small) ``n`` as
+    elementwise operations across the batch: a batched LAPACK call per tiny matrix cost ~100x more
+    on a CPU. No pivoting is needed for positive definite ``M`` (Golub & Van Loan 2013, 4.2).
+    """
+    n = M.shape[-1]
+    L = [[None] * n for _ in range(n)]
+    for j in range(n):
+        d = M[..., j, j] - sum(L[j][k] ** 2 for k in range(j))
+        L[j][j] = jnp.sqrt(d)
+        for i in range(j + 1, n):
+            L[i][j] = (M[..., i, j] - sum(L[i][k] * L[j][k] for k in range(j))) / L[j][j]
+    y = []
+    for i in range(n):
+        y.append((rhs[..., i] - sum(L[i][k] * y[k] for k in range(i))) / L[i][i])
+    x = [None] * n
+    for i in reversed(range(n)):
+        x[i] = (y[i] - sum(L[k][i] * x[k] for k in range(i + 1, n))) / L[i][i]
+    return jnp.stack(x, axis=-1)
+
+
+@jax.jit
+def _virtual(theta):
+    return bn.bodies_from_theta("diffnea", theta)
+
+
+def _prior_latent(model: IdentifiableModel, key, num: int, dtype) -> dict:
+    """Latent sites drawn from their priors (num, ...)."""
+    k_base, k_act, k_noise = jax.random.split(key, 3)
+    out = {BASE_SITE: jax.random.normal(k_base, (num, model.base.n_base), dtype)}
+    sites = (
+        [*model.actuator.coefficient_sites] if hasattr(model.actuator, "coefficient_sites") else []
+    )
+    for k, s in zip(jax.random.split(k_act, max(1, len(sites))), sites, strict=False):
+        out[s.site] = jax.vmap(lambda kk, s=s: s.draw(kk, dtype))(jax.random.split(k, num))
+    for k, s in zip(
+        jax.random.split(k_noise, max(1, len(model.noise_sites))), model.noise_sites, strict=False
+    ):
+        out[s.site] = jax.vmap(lambda kk, s=s: s.draw(kk, dtype))(jax.random.split(k, num))
+    return out
+
+
+def identifiable_model(
+    model, *, moment_draws: int = DEFAULT_MOMENT_DRAWS, seed: int = 0
+) -> IdentifiableModel:
+    """The identifiable-geometry version of a ``diffnea`` model (module docstring).
+
+    Args:
+        model: a ``diffnea/{ideal,viscous,stribeck}/*`` :class:`models.BayesianModel` with the
+            forward or inverse likelihood.
+        moment_draws, seed: Monte Carlo size and seed of :func:`theta_moments`.
+
+    Raises:
+        ValueError: another family (no-Kin DiffNEA learns the kinematics, so its base parameters
+            move), a network actuator (its weights are not identified either) or the rollout
+            likelihood.
+    """
+    spec = getattr(model, "spec", None)
+    if not hasattr(model, "family") or not hasattr(spec, "to_json"):
+        raise ValueError(f"expected a models.BayesianModel, got {type(model).__name__}")
+    if model.family.learns_kinematics or not (
+        model.family.linear_in_theta and model.family.consistent_theta
+    ):
+        raise ValueError(
+            f"the identifiable geometry needs known kinematics (family 'diffnea'), got "
+            f"{spec.family!r}"
+        )
+    if spec.actuator not in ("ideal", "viscous", "stribeck"):
+        raise ValueError(
+            f"the identifiable geometry takes the actuators ['ideal', 'viscous', 'stribeck'], got "
+            f"{spec.actuator!r}"
+        )
+    if spec.likelihood not in ("forward", "inverse"):
+        raise ValueError(
+            f"the identifiable geometry takes the likelihoods ['forward', 'inverse'], got "
+            f"{spec.likelihood!r}"
+        )
+    base = bn.base_parameters(model.robot, 0)
+    mu, cov = theta_moments(model, draws=moment_draws, seed=seed)
+    return IdentifiableModel(model, base, GaussianCondition.build(base.to_base, mu, cov))

@@ -1,0 +1,72 @@
+"""Simulation-based calibration harness (analysis.calibration): a reduced SBC (slow) and the
+bookkeeping (resumable records, summary statistics against scipy)."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from analysis.calibration import CalibrationSettings, sbc_batch, summarise, summary_table
+
+pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
+
+SMALL = CalibrationSettings(
+    n_samples=30, num_warmup=100, num_samples=100, ranks=20, batch_size=10, seed=3
+).to_dict()
+
+
+@pytest.mark.slow
+def test_reduced_sbc_is_calibrated_on_the_cartpole():
+    out = sbc_batch("cartpole", "diffnea/viscous/informative", 0, SMALL)
+    assert out["map_converged"], out["map_message"]
+    # 100 draws after 100 warm-up steps on 30 states: measured 1 divergence here (seed 3)
+    assert out["divergences"] <= 2
+    record = {"system": "cartpole", "variant": "v", "settings": SMALL, "metrics": out}
+    rows = summarise([record])
+    assert len(rows) == 8  # 4 base parameters, 2 viscous coefficients, 2 noise scales
+    assert all(r["replicates"] == 10 for r in rows)
+    # no quantity fails uniformity at family-wise 0.01 (Bonferroni over the 8)
+    assert all(r["uniform"] for r in rows), summary_table(rows)
+    # pooled 90 % coverage over 80 intervals: binomial(80, 0.9) has 99.9 % of its mass in [62, 79]
+    covered = sum(round(r["cover90"] * r["replicates"]) for r in rows)
+    assert 62 <= covered <= 80, summary_table(rows)
+    json.dumps(out)  # records are JSON
+
+
+def test_summary_statistics_match_scipy():
+    rng = np.random.default_rng(0)
+    reps = []
+    for r in range(40):
+        reps.append(
+            {
+                "replicate": r,
+                "quantities": {
+                    "a": {
+                        "rank": int(rng.integers(0, 21)),
+                        "in50": r % 2 == 0,
+                        "in90": r % 10 != 0,
+                    },
+                    "b": {"rank": 0, "in50": False, "in90": False},
+                },
+            }
+        )
+    record = {
+        "system": "s",
+        "variant": "v",
+        "settings": dict(SMALL, ranks=20),
+        "metrics": {"replicates": reps},
+    }
+    failed = dict(record, metrics={"replicates": reps, "map_converged": False})
+    rows = {r["quantity"]: r for r in summarise([record, failed], bins=7)}
+    assert rows["a"]["replicates"] == 40  # the batch whose MAP failed is left out
+    ranks = np.array([rep["quantities"]["a"]["rank"] for rep in reps])
+    counts = np.histogram(ranks, bins=7, range=(0, 21))[0]
+    assert rows["a"]["chi2_p"] == pytest.approx(stats.chisquare(counts).pvalue)
+    assert rows["a"]["cover50"] == 0.5 and rows["a"]["cover90"] == 0.9
+    assert rows["a"]["uniform"]
+    assert not rows["b"]["uniform"]  # all ranks 0: chi-square p ~ 0
+    with pytest.raises(ValueError, match="replicates"):
+        from analysis.calibration import run_calibration
+
+        run_calibration("/nonexistent-never-created", replicates=0)

@@ -1,0 +1,291 @@
+"""Identifiable geometry (models.identifiable) and the Newton MAP (inference.polish).
+
+References we did not write: the closed-form truncated-normal mean (scipy.stats.truncnorm), the
+closed-form Gaussian conditional by regression on joint Gaussian draws, the conjugate
+linear-Gaussian posterior on the joint-torque regressor (tested against Pinocchio elsewhere), and
+the physical-consistency test of the pseudo-inertia.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+import bayes_nea as bn
+from inference import fit_nuts
+from inference.polish import polish_map
+from models import ModelData, build_model
+from models.identifiable import (
+    BASE_SITE,
+    GaussianCondition,
+    identifiable_model,
+    truncated_conditional,
+)
+
+pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
+
+NOISE = 0.02
+
+
+@pytest.fixture(scope="module")
+def cartpole_model():
+    robot = bn.get_system("cartpole")
+    return identifiable_model(build_model("diffnea/viscous/informative", robot))
+
+
+def test_truncated_conditional_matches_closed_form_truncated_normal():
+    # theta in R^2, beta = theta_0 + theta_1, G = N(mu, diag(s^2)), truncated to theta >= 0:
+    # theta_0 | beta is a normal truncated to [0, beta] (scipy's truncnorm is the reference).
+    mu, s = np.array([0.3, 0.9]), np.array([0.5, 0.8])
+    cond = GaussianCondition.build(np.array([[1.0, 1.0]]), mu, np.diag(s**2))
+    beta = jnp.array([0.7])
+    keys = jax.random.split(jax.random.key(0), 20_000)
+    draw = jax.jit(
+        jax.vmap(lambda k: truncated_conditional(k, beta, cond, accept=lambda t: jnp.all(t >= 0)))
+    )
+    theta, ok, tries = draw(keys)
+    assert bool(ok.all())
+    theta = np.asarray(theta)
+    np.testing.assert_allclose(theta.sum(1), 0.7, atol=1e-12)  # B theta = beta exactly
+    assert theta.min() >= 0
+    # untruncated conditional of theta_0 given the sum: regression of one normal on the sum
+    var = s[0] ** 2 * s[1] ** 2 / (s[0] ** 2 + s[1] ** 2)
+    m = mu[0] + s[0] ** 2 / (s[0] ** 2 + s[1] ** 2) * (0.7 - mu.sum())
+    sd = np.sqrt(var)
+    ref = stats.truncnorm((0 - m) / sd, (0.7 - m) / sd, loc=m, scale=sd)
+    se = ref.std() / np.sqrt(theta.shape[0])
+    assert abs(theta[:, 0].mean() - ref.mean()) < 4 * se
+    assert abs(theta[:, 0].std() - ref.std()) < 0.03 * ref.std()
+    # tries are geometric with success probability P(0 <= theta_0 <= beta) under the conditional
+    p_in = stats.norm(m, sd).cdf(0.7) - stats.norm(m, sd).cdf(0.0)
+    assert abs(np.asarray(tries).mean() - 1 / p_in) < 0.05 / p_in
+
+
+def test_gaussian_condition_matches_regression_on_joint_draws():
+    rng = np.random.default_rng(1)
+    p, b = 6, 2
+    A = rng.normal(size=(p, p))
+    cov = A @ A.T + 0.1 * np.eye(p)
+    mu = rng.normal(size=p)
+    B = rng.normal(size=(b, p))
+    cond = GaussianCondition.build(B, mu, cov)
+    theta = rng.multivariate_normal(mu, cov, size=200_000)
+    beta = theta @ B.T
+    X = np.c_[np.ones(len(beta)), beta]
+    coef, *_ = np.linalg.lstsq(X, theta, rcond=None)
+    resid = theta - X @ coef
+    np.testing.assert_allclose(coef[1:].T, cond.gain, atol=0.02 * np.abs(cond.gain).max())
+    F = cond.null_factor
+    np.testing.assert_allclose(np.cov(resid.T), F @ F.T, atol=0.02 * np.abs(cov).max())
+    np.testing.assert_allclose(B @ F, 0, atol=1e-10)  # completions leave beta unchanged
+    np.testing.assert_allclose(cond.beta_chol @ cond.beta_chol.T, B @ cov @ B.T, rtol=1e-10)
+
+
+def test_completion_is_consistent_and_keeps_base_parameters(cartpole_model):
+    m = cartpole_model
+    latent, comp = m.sample_prior(jax.random.key(3), 200)
+    theta = comp["theta"]
+    assert theta.shape == (200, 2, 10)
+    assert bool(np.all(np.asarray(bn.is_physically_consistent(theta))))
+    beta = np.asarray(jax.vmap(m.condition.beta)(jnp.asarray(latent[BASE_SITE])))
+    np.testing.assert_allclose(theta.reshape(200, -1) @ m.base.to_base.T, beta, atol=1e-12)
+    # the DiffNEA virtual parameters of every draw map back to its theta
+    back = np.asarray(bn.bodies_to_theta("diffnea", jnp.asarray(comp["virtual"])))
+    np.testing.assert_allclose(back, theta, rtol=1e-8, atol=1e-12)
+    # same key, same completion; another key, another one
+    again = m.complete(jax.random.key(9), latent)
+    np.testing.assert_array_equal(again["theta"], m.complete(jax.random.key(9), latent)["theta"])
+    assert not np.allclose(again["theta"], m.complete(jax.random.key(10), latent)["theta"])
+
+
+def test_dynamics_depend_on_base_parameters_only(cartpole_model):
+    # the representative theta and a completed one give the same ABA accelerations
+    m = cartpole_model
+    robot = m.robot
+    sample = m.init_sample()
+    sample[BASE_SITE] = jnp.array([0.3, -0.2, 0.1, 0.5])
+    comp = m.complete(jax.random.key(0), {k: v[None] for k, v in sample.items()})
+    assert comp["completion_ok"][0]
+    q, qd, tau = (jax.random.normal(jax.random.key(i), (robot.n,)) for i in range(3))
+    mu_v = m.physical(sample)["viscous"]
+    full = bn.RobotParams(jnp.asarray(comp["theta"][0]), robot.nominal.rpy, robot.nominal.xyz)
+    ref = bn.aba(robot, q, qd, tau - mu_v * qd, params=full)
+    np.testing.assert_allclose(m.qdd_fn(sample)(q, qd, tau), ref, rtol=1e-10)
+
+
+@pytest.mark.parametrize("system, likelihood", [("cartpole", "forward"), ("furuta", "inverse")])
+def test_prepared_features_give_the_rnea_aba_log_density(system, likelihood):
+    from numpyro.infer.util import log_density
+
+    robot = bn.get_system(system)
+    m = identifiable_model(
+        build_model("diffnea/stribeck/informative", robot, likelihood=likelihood)
+    )
+    q, qd, qdd = bn.sample_states(robot, 2, 25)
+    tau = jax.random.normal(jax.random.key(4), q.shape)
+    data = ModelData(q, qd, qdd, tau)
+    prepared = m.prepare(data)
+    sample = m.init_sample()
+    sample[BASE_SITE] = 0.3 * jax.random.normal(jax.random.key(5), (m.base.n_base,))
+    for k in sample:
+        if k.startswith("actuator/"):
+            sample[k] = sample[k] + 0.2
+    ref, _ = log_density(m.model, (data,), {}, sample)  # ABA / RNEA per sample
+    got, _ = log_density(m.model, (prepared,), {}, sample)  # M_k, h_k or Y_b features
+    np.testing.assert_allclose(float(got), float(ref), rtol=1e-9)
+
+
+def _linear_problem():
+    robot = bn.get_system("cartpole")
+    source = build_model(
+        "diffnea/ideal/informative", robot, likelihood="inverse", noise_scale=NOISE
+    )
+    model = identifiable_model(source)
+    q, qd, qdd = bn.sample_states(robot, 5, 40)
+    theta = jnp.asarray(robot.nominal.theta)
+    tau = jax.vmap(lambda a, b, c: bn.rnea(robot, a, b, c))(q, qd, qdd)
+    tau = tau + NOISE * jax.random.normal(jax.random.key(6), tau.shape)
+    data = ModelData(q, qd, qdd, tau)
+    # conjugate posterior of beta: prior N(B mu, L L^T), tau = Y_b beta + N(0, NOISE^2)
+    Y = jax.vmap(lambda a, b, c: bn.joint_torque_regressor(robot, a, b, c))(q, qd, qdd)
+    Yb = np.asarray(model.base.regressor(Y)).reshape(-1, model.base.n_base)
+    prior_cov = model.condition.beta_chol @ model.condition.beta_chol.T
+    prec = np.linalg.inv(prior_cov) + Yb.T @ Yb / NOISE**2
+    cov = np.linalg.inv(prec)
+    mean = cov @ (
+        np.linalg.solve(prior_cov, model.condition.beta_mean)
+        + Yb.T @ np.asarray(tau).reshape(-1) / NOISE**2
+    )
+    del theta
+    return model, data, mean, cov
+
+
+def test_newton_map_is_the_closed_form_posterior_mode():
+    model, data, mean, cov = _linear_problem()
+    point, report = polish_map(model, model.prepare(data), model.init_sample())
+    assert report.converged, report.message
+    assert report.min_eigenvalue > 0
+    beta = np.asarray(model.condition.beta(point[BASE_SITE]))
+    np.testing.assert_allclose(beta, mean, atol=1e-6 * np.sqrt(np.diag(cov)).max() + 1e-12)
+
+
+@pytest.mark.slow
+def test_nuts_matches_closed_form_linear_gaussian_posterior():
+    model, data, mean, cov = _linear_problem()
+    point, _ = polish_map(model, data, model.init_sample())
+    fit = fit_nuts(
+        model,
+        data,
+        key=2,
+        num_warmup=300,
+        num_samples=1000,
+        num_chains=1,
+        init=point,
+        metric="laplace",
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    beta = np.asarray(fit.idata["posterior"]["base_parameters"].values).reshape(-1, mean.size)
+    sd = np.sqrt(np.diag(cov))
+    # MCSE of the mean with ESS >= 300 draws: sd / sqrt(300); 5 MCSE
+    np.testing.assert_array_less(np.abs(beta.mean(0) - mean), 5 * sd / np.sqrt(300))
+    np.testing.assert_allclose(beta.std(0), sd, rtol=0.15)
+    corr_ref = cov / np.outer(sd, sd)
+    np.testing.assert_allclose(np.corrcoef(beta.T), corr_ref, atol=0.12)
+    assert fit.diagnostics()["divergences"] == 0
+    post = fit.idata["posterior"]
+    # rejection completes most draws here; failures are flagged, never returned inconsistent
+    ok = post["completion_ok"].values
+    assert ok.mean() > 0.9
+    assert list(post["base_parameters"].coords["base_parameter"].values) == list(model.base_names)
+    assert bool(np.all(np.asarray(bn.is_physically_consistent(post["theta"].values[ok]))))
+    assert np.isnan(post["virtual"].values[~ok]).all()
+
+
+def test_rejects_models_without_known_kinematics():
+    robot = bn.get_system("cartpole")
+    with pytest.raises(ValueError, match="known kinematics"):
+        identifiable_model(build_model("nokin-diffnea/viscous/informative", robot))
+    with pytest.raises(ValueError, match="actuators"):
+        identifiable_model(build_model("diffnea/nn-friction/informative", robot))
+    with pytest.raises(ValueError, match="max_iter"):
+        polish_map(None, None, {}, max_iter=0)
+
+
+def test_spd_solve_matches_numpy():
+    from models.identifiable import spd_solve
+
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(50, 4, 4))
+    M = A @ np.swapaxes(A, -1, -2) + 0.5 * np.eye(4)
+    b = rng.normal(size=(50, 4))
+    np.testing.assert_allclose(
+        spd_solve(jnp.asarray(M), jnp.asarray(b)),
+        np.linalg.solve(M, b[..., None])[..., 0],
+        rtol=1e-10,
+    )
+
+
+def test_fit_svi_polish_reaches_the_closed_form_mode():
+    from inference import fit_svi
+
+    model, data, mean, cov = _linear_problem()
+    fit = fit_svi(
+        model,
+        model.prepare(data),
+        key=0,
+        steps=50,
+        polish=True,
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    assert fit.attrs["map"]["converged"] and fit.attrs["convergence"]["converged"]
+    beta = fit.idata["posterior"]["base_parameters"].values.reshape(-1)
+    np.testing.assert_allclose(beta, mean, atol=1e-6 * np.sqrt(np.diag(cov)).max())
+
+
+def test_identified_summary_reports_identified_quantities_with_truth():
+    from inference.identified import identified_draws, identified_summary
+
+    model, data, mean, cov = _linear_problem()
+    prepared = model.prepare(data)
+    point, _ = polish_map(model, prepared, model.init_sample())
+    fit = fit_nuts(
+        model,
+        prepared,
+        key=0,
+        num_warmup=50,
+        num_samples=60,
+        num_chains=2,
+        init=point,
+        chain_method="sequential",
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    robot = model.robot
+    q, qd, _ = bn.sample_states(robot, 11, 3)
+    tau = jnp.ones_like(q)
+    truth_beta = np.asarray(model.base.beta(robot.nominal.theta))
+    table = identified_summary(
+        fit, model, states=(q, qd, tau), truth={"base_parameters": truth_beta}
+    )
+    names = set(table.index)
+    assert {f"base_parameters[{k}]" for k in range(4)} <= names
+    assert any(n.startswith("qdd_pred[") for n in names)
+    assert not any(n.startswith(("theta", "rpy", "xyz", "virtual", "completion")) for n in names)
+    assert np.all(np.isfinite(table["r_hat"].values.astype(float)))
+    rows = table.loc[[f"base_parameters[{k}]" for k in range(4)]]
+    np.testing.assert_allclose(rows["truth"].values.astype(float), truth_beta)
+    assert set(rows["covered_90"]) <= {True, False}
+    # predicted accelerations of one draw: ABA with its completed (consistent) theta
+    draws = identified_draws(fit, model, states=(q, qd, tau))
+    post = fit.idata["posterior"]
+    c, d = np.argwhere(post["completion_ok"].values)[0]
+    theta = post["theta"].values[c, d]
+    params = bn.RobotParams(jnp.asarray(theta), robot.nominal.rpy, robot.nominal.xyz)
+    ref = jax.vmap(lambda a, b, t: bn.aba(robot, a, b, t, params=params))(q, qd, tau)
+    np.testing.assert_allclose(draws["qdd_pred"][c, d], ref, rtol=1e-8)
