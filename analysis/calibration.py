@@ -115,7 +115,7 @@ class StackedModel:
 
         def loglik(sample_r, data_r):
             pred = m._qdd_features(sample_r, data_r)
-            sigma = m._sigma(sample_r, "qdd", dtype)
+            sigma = m.source.noise_sigma(sample_r, "qdd", dtype)
             return jnp.sum(dist.Normal(pred, sigma[None, :]).log_prob(data_r.qdd))
 
         numpyro.factor("obs_qdd", jnp.sum(jax.vmap(loglik)(sample, data)))

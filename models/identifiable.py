@@ -493,13 +493,6 @@ class IdentifiableModel:
         tau = jnp.einsum("sik,k->si", batch.regressor, beta)
         return jax.vmap(lambda t, q, qd: self.actuator.command(s, t, q, qd))(tau, batch.q, batch.qd)
 
-    def _sigma(self, sample, key: str, dtype) -> Array:
-        fixed = self.source.noise_scale
-        if fixed is not None:
-            return jnp.asarray(fixed, dtype)
-        site = next(s for s in self.noise_sites if s.name == "log_sigma_" + key)
-        return jnp.exp(site.value(sample)).astype(dtype)
-
     def model(self, data: ModelData | BaseFeatures, *, subsample_size: int | None = None) -> None:
         """The NumPyro model: ``base_z``, actuator and noise sites, then ``obs_qdd``/``obs_tau``."""
         self.check(data)
@@ -525,12 +518,7 @@ class IdentifiableModel:
                 else:
                     pred = jax.vmap(self.tau_fn(sample))(batch.q, batch.qd, batch.qdd)
                 site, obs, key = "obs_tau", batch.tau, "tau"
-            scale = jnp.broadcast_to(self._sigma(sample, key, dtype), pred.shape)
-            if self.source.noise == "student-t":
-                d = dist.StudentT(jnp.asarray(self.source.student_df, dtype), pred, scale)
-            else:
-                d = dist.Normal(pred, scale)
-            numpyro.sample(site, d.to_event(1), obs=obs)
+            numpyro.sample(site, self.source.noise_dist(pred, sample, key, 1), obs=obs)
 
 
 def spd_solve(M: Array, rhs: Array) -> Array:
