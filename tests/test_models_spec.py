@@ -233,7 +233,7 @@ def test_sufficient_statistics_are_used_and_exact(cartpole, trajectories):
     for site in a:
         np.testing.assert_allclose(a[site], b[site], rtol=1e-6, atol=1e-8)
     # the pointwise log-likelihood of the exact fit is still per sample
-    assert fits[0].idata["log_likelihood"]["obs_tau"].shape[-2] == data.q.shape[0]
+    assert fits[0].idata["log_likelihood"]["obs_tau"].shape[2] == data.q.shape[0]
     assert json.loads(fits[0].idata.attrs["model_spec"])["likelihood"] == "inverse"
 
 
