@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 HELP = "fit a model variant to a dataset (SVI or NUTS) and save the posterior as netCDF"
 
 
@@ -55,12 +57,15 @@ def run(args) -> int:
 
     from data import load_dataset
     from inference import fit_nuts, fit_svi, load_result, save_result
-    from models import build_model
+    from models import build_model, data_scales, model_data
 
     dataset = load_dataset(args.data)
+    robot = dataset.robot()
     model = build_model(
         args.variant,
-        dataset.robot(),
+        robot,
+        # network and noise normalisers from the data, stored in the saved model spec
+        scales=data_scales(model_data(dataset, robot=robot), robot),
         likelihood=args.likelihood,
         noise=args.noise,
         geometry=args.geometry,
@@ -78,7 +83,14 @@ def run(args) -> int:
             learning_rate=args.learning_rate,
             progress=progress,
         )
-        print(result.attrs["convergence"]["message"])
+        convergence = result.attrs["convergence"]
+        print(convergence["message"])
+        if not convergence["converged"]:
+            print(
+                f"warning: the SVI fit of {args.variant!r} did not converge; its posterior is not "
+                f"to be trusted (run more --steps or lower --learning-rate)",
+                file=sys.stderr,
+            )
     else:
         init = load_result(args.init) if args.init else None
         result = fit_nuts(

@@ -8,7 +8,7 @@ import pytest
 from numpyro.infer.util import log_likelihood
 
 import bayes_nea as bn
-from models import build_model, data_scales, model_data, variant_names
+from models import build_model, data_scales, variant_names
 from models.likelihoods import ModelData
 
 FAST = ("ffnn", "diffnea/nn-friction/informative", "nokin-diffnea/viscous/weak")
@@ -112,3 +112,20 @@ def test_nn_friction_is_per_joint_and_dissipative():
     qds = jax.random.normal(jax.random.key(3), (200, 2)) * 3.0
     power = jax.vmap(lambda v: act.friction(sample, q, v) @ v)(qds)
     assert float(power.max()) <= 0.0
+
+
+def test_friction_priors_scale_with_the_system():
+    from models.priors import WeakPrior, effort_scale
+
+    furuta = bn.get_system("furuta")
+    cart = bn.get_system("cartpole")
+    # the bug: a Coulomb median of 0.02 N m was 80 % of the Furuta arm's 0.025 N m limit
+    coulomb = np.exp(WeakPrior().friction(furuta, "coulomb").loc)
+    assert coulomb[0] == pytest.approx(0.02 * 0.025)
+    assert np.exp(WeakPrior().friction(cart, "viscous").loc)[0] == pytest.approx(
+        0.05 * cart.effort_limit[0]
+    )
+    # the unactuated pendulum: rms of the nominal inverse dynamics over random states
+    q, qd, qdd = bn.sample_states(furuta, 0, 64)
+    tau = np.asarray(jax.vmap(lambda a, b, c: bn.rnea(furuta, a, b, c))(q, qd, qdd))
+    assert effort_scale(furuta)[1] == pytest.approx(np.sqrt(np.mean(tau[:, 1] ** 2)), rel=1e-9)
