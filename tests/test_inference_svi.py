@@ -224,13 +224,18 @@ def test_converged_needs_a_small_gradient(problem, delta_fit):
     report = delta_fit.attrs["convergence"]
     assert report["converged"] and report["loss_converged"]
     assert report["grad_relative"] <= report["gradient_tol"]
-    # the same fit judged with a gradient tolerance it cannot meet is not converged
-    strict = fit_svi(
-        model, data, key=0, steps=1500, learning_rate=0.02, gradient_tol=1e-12, **FAST
-    )
-    assert strict.attrs["convergence"]["loss_converged"]
-    assert not strict.attrs["convergence"]["converged"]
-    assert "gradient" in strict.attrs["convergence"]["message"]
+    # a loss that looks flat only because the steps are tiny: far from the mode (5 posterior
+    # sds on every coordinate) the gradient test says "not converged"
+    _, _, mean, cov = problem
+    b = model.n_base
+    far = mean + 5 * np.sqrt(np.diag(cov))
+    init = {"beta": jnp.asarray(far[:b]), "actuator/viscous": jnp.asarray(far[b:])}
+    slow = fit_svi(model, data, key=0, steps=100, learning_rate=1e-9, init=init, **FAST)
+    report = slow.attrs["convergence"]
+    assert report["loss_converged"], report
+    assert report["grad_relative"] > 1.0
+    assert not report["converged"]
+    assert "gradient" in report["message"]
 
 
 @pytest.fixture(scope="module")

@@ -129,3 +129,16 @@ def test_friction_priors_scale_with_the_system():
     q, qd, qdd = bn.sample_states(furuta, 0, 64)
     tau = np.asarray(jax.vmap(lambda a, b, c: bn.rnea(furuta, a, b, c))(q, qd, qdd))
     assert effort_scale(furuta)[1] == pytest.approx(np.sqrt(np.mean(tau[:, 1] ** 2)), rel=1e-9)
+
+
+def test_nuts_chains_start_at_distinct_prior_draws(cartpole):
+    from inference.nuts import _initial_params
+
+    robot, data = cartpole
+    model = build_model("diffnea/nn-friction/weak", robot)
+    latent = model.latent_sites
+    init = _initial_params(model, model.prepare(data), jax.random.key(5), latent, 3)
+    w = np.asarray(init["actuator/friction_net_0/layers[0].weight"])
+    assert w.shape == (3, 32, 1)
+    assert np.all(np.std(w, axis=0) > 0)  # three different draws, none at the zero mean
+    np.testing.assert_array_equal(init["log_sigma_qdd_z"], 0.0)  # noise at its median
