@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
-from typing import NamedTuple, final
+from typing import ClassVar, NamedTuple, final
 
 import jax
 import jax.numpy as jnp
@@ -65,6 +65,9 @@ class Prior(abc.ABC):
     """
 
     name: str
+    #: whether inference starts the rigid-body and friction sites at the prior median (a prior
+    #: centred on known values: the paper's "with prior" initialisation) rather than at a draw
+    starts_at_median: ClassVar[bool] = False
 
     @abc.abstractmethod
     def inertia(self, robot: bn.Robot) -> Gaussian:
@@ -190,6 +193,7 @@ class InformativePrior(Prior):
     """
 
     name: str = "informative"
+    starts_at_median: ClassVar[bool] = True
     mass_rel: float = 0.05
     moment_rel: float = 0.25
     moment_floor: float = 0.1

@@ -178,8 +178,10 @@ class BayesianModel:
         return out
 
     def start_sample(self, key, *, dtype=None) -> dict:
-        """A starting point for inference: every latent site drawn from its prior with ``key``,
-        except the noise scales, which start at their prior medians (data-scaled).
+        """A starting point for inference: network weights drawn from their prior with ``key``;
+        the other sites drawn too under a weak prior (the paper's random initialisation), at the
+        prior median (the nominal values) under a prior with ``starts_at_median`` (the paper's
+        "with prior" initialisation); noise scales always at their (data-scaled) medians.
 
         The prior mean is no start: with every network weight at 0 each tanh unit's output and
         every hidden weight's gradient is exactly 0, and a weak-prior placement at
@@ -187,6 +189,8 @@ class BayesianModel:
         by symmetry. A prior draw is the Bayesian form of the paper's random initialisation.
         """
         dtype = dtype or jnp.result_type(float)
+        if self.prior.starts_at_median:
+            return self.init_sample(key=key, dtype=dtype)
         tr = handlers.trace(handlers.seed(self.sample_latent, key)).get_trace(dtype)
         out = {k: site["value"] for k, site in tr.items() if site["type"] == "sample"}
         out.update({s.site: s.init(dtype) for s in self.noise_sites})
