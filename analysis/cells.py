@@ -15,7 +15,10 @@ per worker process (:func:`cell_data`), as the paper compares its variants on th
   growth along predicted states; ``divergent_fraction``.
 - ``plausible_fraction``: fraction of draws whose every body is physically consistent;
   ``mass_rel_error``: median relative error of the body masses.
-- ``fit_seconds``, and a down-sampled ``band`` of the Figure-1 rollout for the report's figure.
+- ``fit_seconds``, ``converged`` (the SVI fit's loss plateau and gradient test; None after
+  NUTS), and a down-sampled ``band`` of the Figure-1 rollout for the report's figure.
+
+Models are built with ``models.data_scales`` of the training split (network/noise normalisers).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from analysis.rollouts import (
 )
 from data import generate_dataset
 from inference import fit_nuts, fit_svi
-from models import build_model, model_data
+from models import build_model, data_scales, model_data
 
 FIGURE1_START = {"cartpole": (0.0, 2.0), "furuta": (0.0, 2.0)}
 """Start state (q; qd = 0) of the uncontrolled Figure-1 rollouts: pendulum at 2 rad from hanging."""
@@ -100,7 +103,7 @@ def fit_cell(cell: dict, settings: dict) -> dict:
     )
     dataset, train, test = cell_data(*data_key)
     robot = dataset.robot()
-    bm = build_model(cell["variant"], robot)
+    bm = build_model(cell["variant"], robot, scales=data_scales(model_data(train), robot))
     start = time.perf_counter()
     fit = fit_svi(
         bm,
@@ -200,6 +203,8 @@ def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_t
         "plausible_fraction": plausible,
         "mass_rel_error": mass_err,
         "fit_seconds": fit_seconds,
+        # SVI: loss plateau and gradient test (inference.fit_svi); None for other methods
+        "converged": (fit.attrs.get("convergence") or {}).get("converged"),
         "draws": d,
         "band": {
             "t": np.asarray(traj.t)[::stride].tolist(),

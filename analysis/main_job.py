@@ -24,7 +24,7 @@ from analysis.rollouts import credible_band, make_rollout_fn
 from data import generate_dataset
 from data.io import write_text_atomic
 from inference import fit_nuts, fit_svi, save_result
-from models import build_model, model_data, variant_names
+from models import build_model, data_scales, model_data, variant_names
 
 SIZES = {
     False: {
@@ -79,7 +79,7 @@ def run_main_job(
     dataset = generate_dataset("cartpole", dataset_kind, seed=seed, duration=size["duration"])
     train, _, test = dataset.split(seed=seed)
     robot = dataset.robot()
-    bm = build_model(variant, robot)
+    bm = build_model(variant, robot, scales=data_scales(model_data(train), robot))
     say(
         f"data: cart-pole, {dataset_kind}, {dataset.n_samples} samples ({train.n_samples} for fitting)"
     )

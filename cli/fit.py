@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from cli._args import SEED, integer, real
 
 HELP = "fit a model variant to a dataset (SVI or NUTS) and save the posterior as netCDF"
@@ -71,7 +73,7 @@ def run(args) -> int:
     from data import load_dataset
     from data.io import check_output_path
     from inference import fit_nuts, fit_svi, load_result, save_result
-    from models import build_model
+    from models import build_model, data_scales, model_data
 
     # every check before the fit starts: the output path, the data, the model, the init
     check_output_path(args.out, "--out")
@@ -83,9 +85,12 @@ def run(args) -> int:
     init = load_result(args.init) if args.init else None
     if init is not None:
         check_init_matches(init, args.init, dataset, args.data, args.variant)
+    robot = dataset.robot()
     model = build_model(
         args.variant,
-        dataset.robot(),
+        robot,
+        # network and noise normalisers from the data, stored in the saved model spec
+        scales=data_scales(model_data(dataset, robot=robot), robot),
         likelihood=args.likelihood,
         noise=args.noise,
         geometry=args.geometry,
@@ -103,7 +108,14 @@ def run(args) -> int:
             learning_rate=args.learning_rate,
             progress=progress,
         )
-        print(result.attrs["convergence"]["message"])
+        convergence = result.attrs["convergence"]
+        print(convergence["message"])
+        if not convergence["converged"]:
+            print(
+                f"warning: the SVI fit of {args.variant!r} did not converge; its posterior is not "
+                f"to be trusted (run more --steps or lower --learning-rate)",
+                file=sys.stderr,
+            )
     else:
         result = fit_nuts(
             model,

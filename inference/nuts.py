@@ -64,6 +64,11 @@ def _initial_params(bayes_model, data, init, latent, num_chains):
             points = [{k: samples[k][i] for k in latent} for i in idx]
         else:
             points = [point_values(init, latent)] * num_chains
+    elif isinstance(init, jax.Array):  # a key: one prior draw per chain (start_sample)
+        points = [
+            {k: v for k, v in bayes_model.start_sample(k_chain).items() if k in latent}
+            for k_chain in jax.random.split(init, num_chains)
+        ]
     else:
         points = [{k: jnp.asarray(init[k]) for k in latent}] * num_chains
     unconstrained = [unconstrain_fn(bayes_model.model, (data,), {}, p) for p in points]
@@ -148,7 +153,8 @@ def fit_nuts(
         num_chains: independent chains (parallel where ``jax.local_device_count()`` allows).
         init: starting point: a ``FitResult`` (e.g. from :func:`inference.fit_svi`; chains start
             at distinct posterior draws where it has enough, else at its mean) or
-            ``{site: value}``; default: the prior median.
+            ``{site: value}``; default: one prior draw per chain (``bayes_model.start_sample``;
+            noise scales at their medians), never the prior mean.
         extend: a NUTS ``FitResult`` of the same variant and data: continue its chains from their
             stored last state (adapted step size and mass matrix, no new warm-up) for
             ``num_samples`` more draws each, and return all draws (earlier ones first).
@@ -231,6 +237,11 @@ def fit_nuts(
         previous = extend
     elif init is not None:
         init_params = _initial_params(bayes_model, data, init, latent, num_chains)
+    elif hasattr(bayes_model, "start_sample"):
+        # never the prior mean: network weights at 0 and weak placements along gravity have
+        # vanishing gradients there; each chain starts at its own prior draw
+        k_start, k_run = jax.random.split(k_run)
+        init_params = _initial_params(bayes_model, data, k_start, latent, num_chains)
     metric_options = {}
     if fixed_metric is not None:
         metric_options = dict(inverse_mass_matrix=fixed_metric, adapt_mass_matrix=False)

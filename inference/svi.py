@@ -29,6 +29,7 @@ from numpyro.infer.autoguide import (
     AutoNormal,
 )
 from numpyro.infer.initialization import init_to_mean, init_to_value
+from numpyro.infer.util import potential_energy
 from numpyro.optim import optax_to_numpyro
 
 from inference._common import (
@@ -196,12 +197,24 @@ def _make_guide(name: str, model, *, init_loc_fn, init_scale: float, rank):
     )
 
 
-def _run_svi(svi, state, data, *, steps, chunk_size, model_kwargs, label, progress):
-    """Run ``steps`` SVI updates as compiled chunks. Returns (state, losses, compile_s, run_s)."""
+def _run_svi(
+    svi, state, data, *, steps, chunk_size, model_kwargs, label, progress, batched=False
+):
+    """Run ``steps`` SVI updates as compiled chunks. Returns (state, losses, compile_s, run_s).
+
+    With ``batched`` the state's leaves carry a leading restart axis (R, ...) and the updates are
+    vmapped over it (losses (steps, R)); a restart whose loss turns non-finite keeps running
+    (it is scored out later) and only all of them turning non-finite stops the run.
+    """
+
+    def update(s):
+        return svi.update(s, data, **model_kwargs)
+
+    step = jax.vmap(update) if batched else update
 
     def chunk(state, data, length):
         def body(s, _):
-            return svi.update(s, data, **model_kwargs)
+            return step(s)
 
         return lax.scan(body, state, None, length=length)
 
@@ -220,8 +233,17 @@ def _run_svi(svi, state, data, *, steps, chunk_size, model_kwargs, label, progre
             compiled[length] = jax.jit(chunk, static_argnums=2).lower(state, data, length).compile()
         new_state, chunk_losses = compiled[length](state, data)
         chunk_losses = np.asarray(chunk_losses)
-        if not np.all(np.isfinite(chunk_losses)):
-            bad = done + int(np.flatnonzero(~np.isfinite(chunk_losses))[0])
+        if batched and np.any(np.isfinite(chunk_losses[-1])):
+            state = new_state
+            losses.append(chunk_losses)
+            done += length
+            bar.update(done, loss=float(np.nanmin(chunk_losses[-1])))
+            continue
+        nonfinite = ~np.isfinite(chunk_losses)
+        if nonfinite.ndim > 1:
+            nonfinite = nonfinite.all(axis=1)
+        if np.any(nonfinite):
+            bad = done + int(np.flatnonzero(nonfinite)[0])
             warnings.warn(
                 f"SVI loss became non-finite at step {bad}; stopped and kept the state of step "
                 f"{done}. Lower the learning rate or start closer to the MAP.",
@@ -237,6 +259,120 @@ def _run_svi(svi, state, data, *, steps, chunk_size, model_kwargs, label, progre
     bar.close()
     run_s = time.perf_counter() - t0
     return state, np.concatenate(losses) if losses else np.zeros(0), compile_s, run_s
+
+
+def _start_points(bayes_model, key, restarts: int):
+    """Prior draws to start from (``bayes_model.start_sample``), or None (prior means)."""
+    if not hasattr(bayes_model, "start_sample"):
+        return None
+    return [bayes_model.start_sample(k) for k in jax.random.split(key, restarts)]
+
+
+def _optimise(
+    bayes_model,
+    make_guide,
+    opt,
+    elbo,
+    data,
+    *,
+    key,
+    starts,
+    steps,
+    restart_steps,
+    chunk_size,
+    model_kwargs,
+    label,
+    progress,
+):
+    """Optimise a guide from one or several starting points (``starts``: init_loc_fns).
+
+    With several, each runs ``restart_steps`` steps (vmapped: one compiled program), the one with
+    the lowest mean loss over the last tenth of those steps is kept and runs the remaining
+    ``steps - restart_steps``. Returns ``(svi, guide, state, losses, restart_info, timing)``;
+    ``restart_info`` is None for one start, else ``{"restarts", "restart_steps", "best",
+    "scores"}`` (scores: each restart's mean loss over its last tenth of steps, inf where it
+    turned non-finite).
+    """
+    guides = [make_guide(fn) for fn in starts]
+    svis = [SVI(bayes_model.model, g, optax_to_numpyro(opt), elbo) for g in guides]
+    keys = jax.random.split(key, len(svis))
+    states = [svi.init(k, data, **model_kwargs) for svi, k in zip(svis, keys, strict=True)]
+    timing = {"compile_s": 0.0, "run_s": 0.0}
+    info = None
+    losses = []
+    best = 0
+    state = states[0]
+    remaining = steps
+    if len(states) > 1:
+        stacked = jax.tree.map(lambda *x: jnp.stack(x), *states)
+        screen = min(restart_steps, steps)
+        stacked, batch_losses, c_s, r_s = _run_svi(
+            svis[0],
+            stacked,
+            data,
+            steps=screen,
+            chunk_size=max(1, min(chunk_size, screen)),
+            model_kwargs=model_kwargs,
+            label=f"{label} x{len(states)} starts",
+            progress=progress,
+            batched=True,
+        )
+        timing["compile_s"] += c_s
+        timing["run_s"] += r_s
+        tail = batch_losses[-max(1, batch_losses.shape[0] // 10) :]
+        scores = np.where(np.all(np.isfinite(tail), axis=0), tail.mean(axis=0), np.inf)
+        best = int(np.argmin(scores))
+        state = jax.tree.map(lambda x: x[best], stacked)
+        losses.append(batch_losses[:, best])
+        remaining = steps - batch_losses.shape[0] if np.isfinite(scores[best]) else 0
+        info = {
+            "restarts": len(states),
+            "restart_steps": int(batch_losses.shape[0]),
+            "best": best,
+            "scores": [float(x) for x in scores],
+        }
+    if remaining > 0:
+        state, rest, c_s, r_s = _run_svi(
+            svis[0],
+            state,
+            data,
+            steps=remaining,
+            chunk_size=chunk_size,
+            model_kwargs=model_kwargs,
+            label=label,
+            progress=progress,
+        )
+        timing["compile_s"] += c_s
+        timing["run_s"] += r_s
+        losses.append(rest)
+    losses = np.concatenate(losses) if losses else np.zeros(0)
+    return svis[0], guides[best], state, losses, info, timing
+
+
+def gradient_norm(bayes_model, data, point: dict, *, model_kwargs=None) -> float:
+    """Euclidean norm of the gradient of the negative log joint at ``point`` ({site: value}).
+
+    Every latent site of the models is real-valued, so the gradient is in the coordinates the
+    optimiser moves (whitened by default).
+    """
+    model_kwargs = model_kwargs or {}
+
+    def potential(z):
+        return potential_energy(bayes_model.model, (data,), model_kwargs, z)
+
+    g = jax.jit(jax.grad(potential))(point)
+    return float(jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(g))))
+
+
+def gradient_check(grad_norm: float, *, dimension: int, num_obs: int, tol: float = 1.0):
+    """Whether the gradient is small: ``rms gradient / sqrt(num_obs) <= tol``.
+
+    A sum of ``num_obs`` per-observation scores of unit size has a sampling spread of
+    ``sqrt(num_obs)``; a gradient below it puts the point within about one posterior standard
+    deviation of the mode along each (whitened) coordinate. Returns ``(ok, relative)``.
+    """
+    relative = grad_norm / np.sqrt(max(dimension, 1)) / np.sqrt(max(num_obs, 1))
+    return bool(np.isfinite(relative) and relative <= tol), float(relative)
 
 
 def fit_svi(
@@ -258,9 +394,12 @@ def fit_svi(
     chunk_size: int | None = None,
     subsample_size: int | None = None,
     init=None,
+    restarts: int | None = None,
+    restart_steps: int | None = None,
     resume: FitResult | None = None,
     convergence_rtol: float = 1e-4,
     polish: bool = False,
+    gradient_tol: float = 1.0,
     num_predictive: int = 200,
     log_likelihood: bool = True,
     progress: bool = True,
@@ -283,6 +422,13 @@ def fit_svi(
         chunk_size: steps per compiled chunk (default ``max(1, steps // 20)``).
         subsample_size: minibatch size passed to ``bayes_model.model`` (None: all data).
         init: a ``FitResult`` (its posterior mean) or ``{site: value}`` to start the guide from.
+            Without one the (MAP) optimisation starts from prior draws
+            (``bayes_model.start_sample``; noise scales at their prior medians), never at the
+            prior mean, where network gradients and weak-prior placement gradients vanish.
+        restarts: number of prior draws to start from (default 4 where the model has networks
+            or learned placements, ``bayes_model.multimodal_start``, else 1); each runs
+            ``restart_steps`` (default a tenth of the steps, at least 100) in one vmapped
+            program, the best (lowest loss) continues. Recorded in ``attrs["restarts"]``.
         resume: an SVI ``FitResult`` of the same variant, guide and data to continue from (its
             stored optimiser state, optimiser settings and loss trace); ``steps`` more are run.
         convergence_rtol: relative loss change for :func:`convergence_report`.
@@ -291,13 +437,17 @@ def fit_svi(
             identifiable geometry). The result's draw is the polished point, root attribute
             ``map`` holds the :class:`~inference.polish.MapReport`, and ``convergence.converged``
             then means a stationary point with a positive definite Hessian.
+        gradient_tol: the gradient test of :func:`gradient_check` at the point estimate;
+            ``attrs["convergence"]["converged"]`` is true only where the loss settled *and* the
+            gradient is small (fields ``loss_converged``, ``grad_norm``, ``grad_relative``).
         num_predictive: posterior-predictive draws (0: none).
         log_likelihood: add the pointwise log-likelihood group.
         progress: print a progress line per chunk on stderr.
 
     Returns:
         A :class:`FitResult` with ``method="svi"``; root attributes ``settings``, ``convergence``
-        (a :class:`ConvergenceReport` as a dict), ``timing`` (compile s, run s, steps/s).
+        (a :class:`ConvergenceReport` as a dict plus the gradient test), ``restarts`` (None, or
+        the restarts' scores, best index and spread), ``timing`` (compile s, run s, steps/s).
 
     Raises:
         ValueError: bad data for the robot (joint count, empty, NaN), unknown guide, optimiser or
@@ -347,7 +497,27 @@ def fit_svi(
     previous_losses = np.zeros(0)
     map_losses = np.zeros(0)
     timing = {"compile_s": 0.0, "run_s": 0.0}
+    restart_info = None
     stored = None
+    if restarts is None:
+        restarts = 4 if getattr(bayes_model, "multimodal_start", False) else 1
+    restarts = check_positive_int("restarts", restarts)
+    if restart_steps is None:
+        restart_steps = max(100, steps // 10)
+    restart_steps = check_positive_int("restart_steps", restart_steps)
+
+    def add_timing(t):
+        timing["compile_s"] += t["compile_s"]
+        timing["run_s"] += t["run_s"]
+
+    def guide_factory(name):
+        return lambda fn: _make_guide(
+            name, bayes_model.model, init_loc_fn=fn, init_scale=settings["init_scale"],
+            rank=settings["rank"],
+        )
+
+    k_start, k_init = jax.random.split(k_init)
+    starts = None
     if resume is not None:
         check_same_fit(resume, bayes_model, observations, method="svi", what="resume")
         old = resume.attrs["settings"]
@@ -360,17 +530,23 @@ def fit_svi(
         previous_losses = np.asarray(resume.idata["svi_loss"]["loss"].values)
         if "map_loss" in resume.idata["svi_loss"]:
             map_losses = np.asarray(resume.idata["svi_loss"]["map_loss"].values)
-        init_loc_fn = init_to_mean()
+        init_fns = [init_to_mean()]
     elif init is not None:
         values = point_values(init, latent) if isinstance(init, FitResult) else dict(init)
-        init_loc_fn = init_to_value(values=values)
+        init_fns = [init_to_value(values=values)]
     else:
-        init_loc_fn = init_to_mean()
+        starts = _start_points(bayes_model, k_start, restarts)
+        init_fns = (
+            [init_to_mean()]
+            if starts is None
+            else [init_to_value(values={k: p[k] for k in latent}) for p in starts]
+        )
+        settings["start"] = "prior draws" if starts is not None else "prior mean"
+        settings["restarts"] = len(init_fns)
         if guide != "delta":
             map_steps = steps if map_steps is None else map_steps
             map_steps = check_positive_int("map_steps", map_steps, allow_zero=True)
             if map_steps > 0:
-                delta = AutoDelta(bayes_model.model, init_loc_fn=init_loc_fn)
                 opt = make_optimizer(
                     optimizer,
                     learning_rate,
@@ -378,30 +554,25 @@ def fit_svi(
                     steps=map_steps,
                     clip_norm=clip_norm,
                 )
-                map_svi = SVI(bayes_model.model, delta, optax_to_numpyro(opt), Trace_ELBO())
-                map_state = map_svi.init(k_map, data, **model_kwargs)
-                map_state, map_losses, c_s, r_s = _run_svi(
-                    map_svi,
-                    map_state,
+                map_svi, delta, map_state, map_losses, restart_info, t = _optimise(
+                    bayes_model,
+                    guide_factory("delta"),
+                    opt,
+                    Trace_ELBO(),
                     data,
+                    key=k_map,
+                    starts=init_fns,
                     steps=map_steps,
+                    restart_steps=restart_steps,
                     chunk_size=max(1, map_steps // 20),
                     model_kwargs=model_kwargs,
                     label="svi map",
                     progress=progress,
                 )
-                timing["compile_s"] += c_s
-                timing["run_s"] += r_s
+                add_timing(t)
                 point = delta.median(map_svi.get_params(map_state))
-                init_loc_fn = init_to_value(values={k: point[k] for k in latent})
+                init_fns = [init_to_value(values={k: point[k] for k in latent})]
             settings["map_steps"] = map_steps
-    guide_obj = _make_guide(
-        guide,
-        bayes_model.model,
-        init_loc_fn=init_loc_fn,
-        init_scale=settings["init_scale"],
-        rank=settings["rank"],
-    )
     opt = make_optimizer(
         settings["optimizer"],
         settings["learning_rate"],
@@ -410,27 +581,73 @@ def fit_svi(
         clip_norm=settings["clip_norm"],
     )
     elbo = Trace_ELBO(num_particles=settings["num_particles"])
-    svi = SVI(bayes_model.model, guide_obj, optax_to_numpyro(opt), elbo)
-    state = svi.init(k_init, data, **model_kwargs)
     if stored is not None:
+        guide_obj = guide_factory(guide)(init_fns[0])
+        svi = SVI(bayes_model.model, guide_obj, optax_to_numpyro(opt), elbo)
+        state = svi.init(k_init, data, **model_kwargs)
         state = state_from_dataset(stored, state, kind=f"svi/{guide}")
-    state, losses, c_s, r_s = _run_svi(
-        svi,
-        state,
-        data,
-        steps=steps,
-        chunk_size=chunk_size,
-        model_kwargs=model_kwargs,
-        label=f"svi {guide}",
-        progress=progress,
-    )
-    timing["compile_s"] += c_s
-    timing["run_s"] += r_s
-    timing["steps_per_s"] = float(losses.size / max(r_s, 1e-12))
+        state, losses, c_s, r_s = _run_svi(
+            svi,
+            state,
+            data,
+            steps=steps,
+            chunk_size=chunk_size,
+            model_kwargs=model_kwargs,
+            label=f"svi {guide}",
+            progress=progress,
+        )
+        add_timing({"compile_s": c_s, "run_s": r_s})
+        restart_info = resume.attrs.get("restarts")
+    else:
+        svi, guide_obj, state, losses, info, t = _optimise(
+            bayes_model,
+            guide_factory(guide),
+            opt,
+            elbo,
+            data,
+            key=k_init,
+            starts=init_fns,
+            steps=steps,
+            restart_steps=restart_steps,
+            chunk_size=chunk_size,
+            model_kwargs=model_kwargs,
+            label=f"svi {guide}",
+            progress=progress,
+        )
+        add_timing(t)
+        restart_info = restart_info or info
+    if restart_info is not None:
+        sc = np.asarray(restart_info["scores"], dtype=np.float64)
+        finite = sc[np.isfinite(sc)]
+        restart_info["spread"] = float(finite.max() - finite.min()) if finite.size else None
+    timing["steps_per_s"] = float(losses.size / max(timing["run_s"], 1e-12))
     all_losses = np.concatenate([previous_losses, losses])
-    report = convergence_report(all_losses, rtol=convergence_rtol)
+    report = convergence_report(all_losses, rtol=convergence_rtol)._asdict()
     settings["steps"] = int(all_losses.size)
 
+    params = svi.get_params(state)
+    point = guide_obj.median(params)
+    point = {k: point[k] for k in latent}
+    grad = gradient_norm(bayes_model, data, point, model_kwargs=model_kwargs)
+    dim = int(sum(np.size(v) for v in point.values()))
+    grad_ok, grad_rel = gradient_check(
+        grad, dimension=dim, num_obs=int(np.size(observations.q)), tol=gradient_tol
+    )
+    report.update(
+        loss_converged=report["converged"],
+        grad_norm=grad,
+        grad_relative=grad_rel,
+        gradient_tol=float(gradient_tol),
+        converged=bool(report["converged"] and grad_ok),
+    )
+    if report["loss_converged"] and not grad_ok:
+        report["message"] = (
+            f"not converged: the loss settled but the gradient is large (rms "
+            f"{grad_rel:.3g} x sqrt(observations), tolerance {gradient_tol:g}); run more steps "
+            "(fit_svi(..., resume=result)) or lower the learning rate"
+        )
+    else:
+        report["message"] += f"; gradient rms {grad_rel:.3g} x sqrt(observations)"
     params = svi.get_params(state)
     draws = 1 if guide == "delta" else num_samples
     post = guide_obj.sample_posterior(k_draw, params, sample_shape=(draws,))
@@ -441,15 +658,15 @@ def fit_svi(
             raise ValueError(f"polish applies to the 'delta' guide (a MAP), not {guide!r}")
         point, map_report = polish_map(bayes_model, data, {k: samples[k][0, 0] for k in latent})
         samples = {k: jnp.asarray(point[k])[None, None] for k in latent}
-        report = report._replace(
-            converged=map_report.converged,
-            message=f"{map_report.message} (SVI: {report.message})",
+        report.update(
+            converged=bool(map_report.converged),
+            message=f"{map_report.message} (SVI: {report['message']})",
         )
     loss_vars = {"loss": ("step", all_losses)}
     if map_losses.size:
         loss_vars["map_loss"] = ("map_step", np.asarray(map_losses))
     attrs = base_attrs(bayes_model, observations, method="svi", seed=seed, summary=summary)
-    attrs.update(settings=settings, convergence=report._asdict(), timing=timing)
+    attrs.update(settings=settings, convergence=report, restarts=restart_info, timing=timing)
     if map_report is not None:
         attrs["map"] = map_report._asdict()
     extra = {

@@ -9,6 +9,7 @@ See ``models/spec.py``, ``models/variants.py``, ``models/families.py``, ``models
 (energy classes), ``models/priors.py`` and ``models/likelihoods.py``.
 """
 
+from models._sites import data_scales
 from models.actuators import Actuator, energy_class
 from models.families import Family
 from models.likelihoods import (
@@ -64,6 +65,7 @@ __all__ = [
     "build_model",
     "check_data",
     "conjugate_gaussian_posterior",
+    "data_scales",
     "describe",
     "energy_class",
     "get_prior",

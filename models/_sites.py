@@ -186,13 +186,66 @@ def characteristic_scales(robot: bn.Robot, *, n_samples: int = 64, seed: int = 0
     return Scales(tau=tau_rms, qdd=qdd_rms, qd=np.full(robot.n, 2.0))
 
 
+def data_scales(data, robot: bn.Robot) -> dict:
+    """Network and noise normalisers derived from training data, for ``ModelSpec.scales``.
+
+    Args:
+        data: a ``models.ModelData`` (N, n) (or (W, H + 1, n) windows) or anything with
+            ``q, qd, qdd, tau`` arrays of that layout (a ``data.Dataset``: use
+            ``models.model_data(dataset)`` first).
+        robot: the robot the data belong to (its nominal parameters give the rigid-body torque).
+
+    Returns:
+        ``{"tau": (n,), "qdd": (n,), "qd": (n,)}`` floats: ``tau`` is per joint the larger of the
+        rms commanded effort and the rms nominal RNEA torque ``tau_RB(q, qd, qdd)`` on the data
+        (so an unactuated joint gets the size of the torque its model must explain); ``qdd`` and
+        ``qd`` are the rms of the data. Each is floored at 1e-3 times its largest entry (and
+        1e-6) so that no normaliser is zero.
+
+    Raises:
+        ValueError: data whose joint count differs from ``robot.n`` or that are not finite.
+    """
+    arrays = [np.asarray(getattr(data, k), dtype=np.float64) for k in ("q", "qd", "qdd", "tau")]
+    if any(a.shape[-1] != robot.n or a.size == 0 for a in arrays):
+        raise ValueError(
+            f"data_scales: expected non-empty arrays (..., {robot.n}) for robot {robot.name!r}, "
+            f"got shapes {[a.shape for a in arrays]}"
+        )
+    if not all(np.all(np.isfinite(a)) for a in arrays):
+        raise ValueError("data_scales: the data contain NaN or inf")
+    q, qd, qdd, tau = (a.reshape(-1, robot.n) for a in arrays)
+    dtype = jnp.result_type(float)
+    params = robot.nominal.astype(dtype)
+    rb = jax.jit(jax.vmap(lambda a, b, c: bn.rnea(robot, a, b, c, params=params)))(
+        jnp.asarray(q, dtype), jnp.asarray(qd, dtype), jnp.asarray(qdd, dtype)
+    )
+    rb = np.asarray(rb, dtype=np.float64)
+
+    def rms(x):
+        return np.sqrt(np.mean(x**2, axis=0))
+
+    def floored(x):
+        return np.maximum(x, max(1e-3 * float(x.max()), 1e-6))
+
+    return {
+        "tau": tuple(float(v) for v in floored(np.maximum(rms(tau), rms(rb)))),
+        "qdd": tuple(float(v) for v in floored(rms(qdd))),
+        "qd": tuple(float(v) for v in floored(rms(qd))),
+    }
+
+
 def feature_size(robot: bn.Robot) -> int:
     """Length of :func:`state_features`: sin/cos for revolute joints, q for prismatic, plus qd."""
     return sum(2 if t == "revolute" else 1 for t in robot.joint_types) + robot.n
 
 
 def state_features(robot: bn.Robot, scales: Scales, q: Array, qd: Array) -> Array:
-    """Network input (feature_size,) of one state: ``[sin q_r, cos q_r, q_p, qd / qd_scale]``."""
+    """Network input (feature_size,) of one state: ``[sin q_r, cos q_r, q_p, qd / qd_scale]``.
+
+    Revolute joints enter as ``sin q, cos q`` (bounded, periodic), prismatic joints as ``q`` in
+    metres (link travel of the supported systems is below ~1 m, inside tanh's linear range),
+    velocities divided by ``scales.qd`` (per joint; the data's rms with :func:`data_scales`).
+    """
     revolute = np.array([t == "revolute" for t in robot.joint_types])
     parts = []
     if revolute.any():

@@ -9,7 +9,7 @@ ideal         ``tau = tau_d``                                         conserving
 viscous       ``tau = tau_d - mu_v qd``                               dissipative   yes (linear)
 stribeck      ``tau = tau_d - sign(qd) (f_s + f_d e^{-(qd/v_s)^2})``  dissipative   yes
               ``- mu_v qd``
-nn-friction   ``tau = tau_d - sign(qd) |f_NN(q, qd)|_1``              dissipative   yes
+nn-friction   ``tau_i = tau_d,i - sign(qd_i) |f_i(qd_i)|_1``          dissipative   yes
 nn-residual   ``tau = tau_d - f_NN(q, qd)``                           unbounded     yes
 ffnn          ``tau = f_NN(tau_d, q, qd)``                            unbounded     no
 ============  ======================================================  ============  ==========
@@ -230,16 +230,30 @@ class Stribeck(_Coefficients):
 
 
 class _Network(Actuator):
-    """An actuator with one Bayesian network (abstract)."""
+    """An actuator with Bayesian networks (abstract); ``nets`` lists them.
 
-    net: BayesianNet
+    Output scale: ``scales.tau`` (per joint; with ``models.data_scales`` the larger of the data's
+    rms effort and rms nominal rigid-body torque), so a network output of O(1) is a torque of
+    the data's size.
+    """
+
     scales: Scales
 
+    @property
+    def nets(self) -> tuple[BayesianNet, ...]:
+        return (self.net,)
+
     def sample(self, dtype):
-        return self.net.sample(dtype)
+        out = {}
+        for net in self.nets:
+            out.update(net.sample(dtype))
+        return out
 
     def init_sample(self, key, dtype):
-        return self.net.draw(key, dtype)
+        out = {}
+        for k, net in zip(jax.random.split(key, len(self.nets)), self.nets, strict=True):
+            out.update(net.draw(k, dtype))
+        return out
 
     def physical(self, sample):
         return {}
@@ -251,15 +265,16 @@ class _Network(Actuator):
 @final
 @dataclasses.dataclass(frozen=True, eq=False)
 class NNFriction(_Network, _Friction):
-    """``tau = tau_d - sign(qd) |f_NN(q, qd)|_1`` per joint (DiffNEA section 3).
+    """``tau_i = tau_d,i - sign(qd_i) tau_scale_i |f_i(qd_i / qd_scale_i)|_1`` (DiffNEA section 3).
 
-    One MLP of the whole state outputs ``k`` values per joint; joint i's friction magnitude is
-    the 1-norm of its ``k`` outputs times ``0.1 tau_scale_i``, so the power is ``<= 0`` for every
-    weight. Sites ``actuator/friction_net/...``.
+    Joint-independent, as the paper's actuator models: joint i's friction magnitude is the 1-norm
+    of the ``per_joint`` outputs of its own MLP ``f_i`` of its own normalised velocity, so the
+    power ``tau_friction . qd <= 0`` for every weight (dissipative by construction). Sites
+    ``actuator/friction_net_<i>/...`` (i = joint index).
     """
 
     robot: bn.Robot
-    net: BayesianNet
+    joint_nets: tuple[BayesianNet, ...]
     scales: Scales
     per_joint: int = 2
     name: ClassVar[str] = "nn-friction"
@@ -268,21 +283,36 @@ class NNFriction(_Network, _Friction):
 
     @classmethod
     def build(cls, robot, prior, scales, *, nn_width=32, nn_depth=2, per_joint=2, **_):
-        net = BayesianNet(
-            PREFIX + "friction_net", feature_size(robot), robot.n * per_joint, nn_width, nn_depth
+        nets = tuple(
+            BayesianNet(f"{PREFIX}friction_net_{i}", 1, per_joint, nn_width, nn_depth)
+            for i in range(robot.n)
         )
-        return cls(robot, net, scales, per_joint)
+        return cls(robot, nets, scales, per_joint)
+
+    @property
+    def nets(self):
+        return self.joint_nets
 
     def friction(self, sample, q, qd):
-        f = self.net.module(sample, qd.dtype)(state_features(self.robot, self.scales, q, qd))
-        magnitude = jnp.sum(jnp.abs(f.reshape(self.robot.n, self.per_joint)), axis=1)
-        return -jnp.sign(qd) * 0.1 * self._tau_scale(qd.dtype) * magnitude
+        v = qd / jnp.asarray(self.scales.qd, qd.dtype)
+        magnitude = jnp.stack(
+            [
+                jnp.sum(jnp.abs(net.module(sample, qd.dtype)(v[i : i + 1])))
+                for i, net in enumerate(self.joint_nets)
+            ]
+        )
+        return -jnp.sign(qd) * self._tau_scale(qd.dtype) * magnitude
 
 
 @final
 @dataclasses.dataclass(frozen=True, eq=False)
 class NNResidual(_Network, _Friction):
-    """``tau = tau_d - f_NN(q, qd)``, ``f_NN`` scaled by ``0.1 tau_scale`` (can create energy)."""
+    """``tau = tau_d - tau_scale f_NN(x)`` (can create energy; DiffNEA section 3 "Residual").
+
+    Input ``x = models._sites.state_features(q, qd)`` of the whole state (``[sin q, cos q]`` of
+    revolute joints, prismatic ``q`` in m, ``qd / qd_scale``): a residual may couple joints
+    (unmodelled cables, rigid-body model error), unlike friction. Sites ``actuator/residual_net/...``.
+    """
 
     robot: bn.Robot
     net: BayesianNet
@@ -298,13 +328,14 @@ class NNResidual(_Network, _Friction):
 
     def friction(self, sample, q, qd):
         f = self.net.module(sample, qd.dtype)(state_features(self.robot, self.scales, q, qd))
-        return -0.1 * self._tau_scale(qd.dtype) * f
+        return -self._tau_scale(qd.dtype) * f
 
 
 @final
 @dataclasses.dataclass(frozen=True, eq=False)
 class FFNN(_Network):
-    """``tau = tau_scale f_NN(tau_d / tau_scale, q, qd)``: a black-box actuator (not invertible)."""
+    """``tau = tau_scale f_NN([tau_d / tau_scale, features(q, qd)])``: a black-box actuator (not
+    invertible); features as :class:`NNResidual`. Sites ``actuator/actuator_net/...``."""
 
     robot: bn.Robot
     net: BayesianNet

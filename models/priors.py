@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import NamedTuple, final
+import functools
+from typing import ClassVar, NamedTuple, final
 
 import jax
 import jax.numpy as jnp
@@ -64,6 +65,9 @@ class Prior(abc.ABC):
     """
 
     name: str
+    #: whether inference starts the rigid-body and friction sites at the prior median (a prior
+    #: centred on known values: the paper's "with prior" initialisation) rather than at a draw
+    starts_at_median: ClassVar[bool] = False
 
     @abc.abstractmethod
     def inertia(self, robot: bn.Robot) -> Gaussian:
@@ -91,12 +95,35 @@ class Prior(abc.ABC):
 
 
 _WEAK_FRICTION = {
-    # log-space location (coefficient value) and log-space scale
-    "viscous": (0.05, 2.5),  # N s/m or N m s/rad
-    "coulomb": (0.02, 2.5),  # N or N m
-    "stribeck_amplitude": (0.01, 2.5),  # N or N m
-    "stribeck_velocity": (0.1, 1.0),  # m/s or rad/s
+    # log-space location and scale; the location is a fraction of the joint's effort scale
+    # (effort_scale: N or N m; viscous per unit velocity, s/m or s/rad), except the Stribeck
+    # velocity, which is absolute (m/s or rad/s)
+    "viscous": (0.05, 2.5),
+    "coulomb": (0.02, 2.5),
+    "stribeck_amplitude": (0.01, 2.5),
+    "stribeck_velocity": (0.1, 1.0),
 }
+_SCALED = ("viscous", "coulomb", "stribeck_amplitude")
+
+
+@functools.lru_cache(maxsize=64)
+def effort_scale(robot: bn.Robot) -> tuple[float, ...]:
+    """Per-joint effort scale (n,) (N or N m) that friction priors are fractions of.
+
+    A driven joint with a finite effort limit (URDF ``<limit effort>``) uses it; any other joint
+    (an unactuated pendulum, a URDF without limits) uses the rms torque of the nominal RNEA over
+    random states (``bayes_nea.sample_states``; gravity and inertia of the links it carries).
+    The built-in systems' values are listed in the README ("Priors scaled to the system").
+    """
+    limit = np.abs(np.asarray(robot.effort_limit, dtype=np.float64))
+    with jax.ensure_compile_time_eval():
+        q, qd, qdd = bn.sample_states(robot, 0, 64)
+        params = robot.nominal.astype(q.dtype)
+        tau = jax.vmap(lambda a, b, c: bn.rnea(robot, a, b, c, params=params))(q, qd, qdd)
+    rms = np.sqrt(np.mean(np.asarray(tau, dtype=np.float64) ** 2, axis=0))
+    rms = np.maximum(rms, max(1e-3 * float(rms.max()), 1e-9))
+    use_limit = np.isfinite(limit) & (limit > 0)
+    return tuple(float(x) for x in np.where(use_limit, limit, rms))
 
 
 @final
@@ -140,9 +167,13 @@ class WeakPrior(Prior):
         return _gaussian(np.zeros((robot.n, 10)), self.theta_scale)
 
     def friction(self, robot, what):
+        """Log-normal around a fraction of :func:`effort_scale` (module table ``_WEAK_FRICTION``):
+        median Coulomb 2 %, Stribeck amplitude 1 %, viscous 5 % of the effort scale per unit
+        velocity; log sd 2.5 (a factor 150 at 2 sd); Stribeck velocity 0.1 (log sd 1)."""
         _check_friction(what)
         value, log_scale = _WEAK_FRICTION[what]
-        return _gaussian(np.full(robot.n, np.log(value)), log_scale)
+        loc = value * np.asarray(effort_scale(robot)) if what in _SCALED else np.full(robot.n, value)
+        return _gaussian(np.log(loc), log_scale)
 
 
 @final
@@ -162,6 +193,7 @@ class InformativePrior(Prior):
     """
 
     name: str = "informative"
+    starts_at_median: ClassVar[bool] = True
     mass_rel: float = 0.05
     moment_rel: float = 0.25
     moment_floor: float = 0.1

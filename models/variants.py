@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from numpyro import handlers
 
 import bayes_nea as bn
 from models._sites import GaussianSite, Scales, characteristic_scales
@@ -176,6 +177,35 @@ class BayesianModel:
         out.update(self.actuator.init_sample(k2, dtype))
         out.update({s.site: s.init(dtype) for s in self.noise_sites})
         return out
+
+    def start_sample(self, key, *, dtype=None) -> dict:
+        """A starting point for inference: network weights drawn from their prior with ``key``;
+        the other sites drawn too under a weak prior (the paper's random initialisation), at the
+        prior median (the nominal values) under a prior with ``starts_at_median`` (the paper's
+        "with prior" initialisation); noise scales always at their (data-scaled) medians.
+
+        The prior mean is no start: with every network weight at 0 each tanh unit's output and
+        every hidden weight's gradient is exactly 0, and a weak-prior placement at
+        ``rpy = xyz = 0`` puts a rail along gravity, where the gradients of ``rpy_z, xyz_z`` vanish
+        by symmetry. A prior draw is the Bayesian form of the paper's random initialisation.
+        """
+        dtype = dtype or jnp.result_type(float)
+        if self.prior.starts_at_median:
+            return self.init_sample(key=key, dtype=dtype)
+        tr = handlers.trace(handlers.seed(self.sample_latent, key)).get_trace(dtype)
+        out = {k: site["value"] for k, site in tr.items() if site["type"] == "sample"}
+        out.update({s.site: s.init(dtype) for s in self.noise_sites})
+        return out
+
+    @property
+    def has_networks(self) -> bool:
+        """Whether any latent site is a network weight (the FF-NN family or a network actuator)."""
+        return self.family.black_box or bool(getattr(self.actuator, "nets", ()))
+
+    @property
+    def multimodal_start(self) -> bool:
+        """Whether the start point matters enough for restarts: networks or learned placements."""
+        return self.has_networks or self.family.learns_kinematics
 
     @property
     def latent_sites(self) -> tuple[str, ...]:

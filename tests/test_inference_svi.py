@@ -201,3 +201,68 @@ def test_schedules_follow_their_formulas(schedule, lr_at):
         rates.append(-float(updates))
     for t in (0, 1, 50, 99, 150):
         assert rates[t] == pytest.approx(lr_at(t), rel=1e-5), (schedule, t)
+
+
+def test_gradient_norm_matches_the_gaussian_posterior(problem):
+    # Negative log joint of a linear-Gaussian model: 0.5 (w - m)^T P (w - m) + const, so its
+    # gradient at m + d is P d (Bishop eq. 3.50-3.51), P = inverse posterior covariance.
+    from inference.svi import gradient_check, gradient_norm
+
+    model, data, mean, cov = problem
+    b = model.n_base
+    d = 0.3 * np.sqrt(np.diag(cov)) * np.cos(np.arange(mean.size))
+    point = {"beta": jnp.asarray(mean[:b] + d[:b]), "actuator/viscous": jnp.asarray(mean[b:] + d[b:])}
+    expect = np.linalg.norm(np.linalg.solve(cov, d))
+    assert gradient_norm(model, data, point) == pytest.approx(expect, rel=1e-6)
+    ok, rel = gradient_check(expect, dimension=mean.size, num_obs=30, tol=1.0)
+    assert rel == pytest.approx(expect / np.sqrt(mean.size) / np.sqrt(30))
+    assert ok == (rel <= 1.0)
+
+
+def test_converged_needs_a_small_gradient(problem, delta_fit):
+    model, data, _, _ = problem
+    report = delta_fit.attrs["convergence"]
+    assert report["converged"] and report["loss_converged"]
+    assert report["grad_relative"] <= report["gradient_tol"]
+    # a loss that looks flat only because the steps are tiny: far from the mode (5 posterior
+    # sds on every coordinate) the gradient test says "not converged"
+    _, _, mean, cov = problem
+    b = model.n_base
+    far = mean + 5 * np.sqrt(np.diag(cov))
+    init = {"beta": jnp.asarray(far[:b]), "actuator/viscous": jnp.asarray(far[b:])}
+    slow = fit_svi(model, data, key=0, steps=100, learning_rate=1e-9, init=init, **FAST)
+    report = slow.attrs["convergence"]
+    assert report["loss_converged"], report
+    assert report["grad_relative"] > 1.0
+    assert not report["converged"]
+    assert "gradient" in report["message"]
+
+
+@pytest.fixture(scope="module")
+def restart_fit():
+    from models import ModelData, build_model
+
+    robot = bn.get_system("cartpole")
+    q, qd, qdd = bn.sample_states(robot, 1, 40)
+    tau = jax.random.normal(jax.random.key(2), q.shape, q.dtype)
+    model = build_model("ffnn", robot)
+    fit = fit_svi(
+        model, ModelData(q, qd, qdd, tau), key=0, steps=60, restarts=3, restart_steps=20, **FAST
+    )
+    return model, fit
+
+
+def test_restarts_from_prior_draws_keep_the_best(restart_fit):
+    model, fit = restart_fit
+    info = fit.attrs["restarts"]
+    assert model.multimodal_start
+    assert info["restarts"] == 3 and info["restart_steps"] == 20
+    scores = np.asarray(info["scores"])
+    assert len(set(scores.round(6))) == 3  # distinct starts
+    assert info["best"] == int(np.argmin(scores))
+    assert info["spread"] == pytest.approx(scores.max() - scores.min())
+    losses = np.asarray(fit.idata["svi_loss"]["loss"].values)
+    assert losses.size == 60
+    # the kept restart's score is the mean of the last tenth (2 steps) of its screening losses
+    assert losses[18:20].mean() == pytest.approx(scores.min())
+    assert fit.attrs["settings"]["start"] == "prior draws"
