@@ -1,7 +1,7 @@
 """Diagnostics through ArviZ 1.x: summaries, R-hat / ESS, held-out posterior-predictive checks and
 trace, forest and pair plots (arviz-plots, matplotlib backend) written as PNG.
 
-Import ``numpyro`` before ``arviz`` (STACK-NOTES.md); ``inference`` does so on import.
+Import ``numpyro`` before ``arviz`` (docs/stack.md); ``inference`` does so on import.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Rigid-body dynamics: RNEA, ABA, CRBA, bias and gravity terms, energies.
 
 One sample per call, ``q, qd, qdd, tau`` of shape (n,); batch with ``jax.vmap``. Body twists and
-wrenches are in body frames (CONVENTIONS.md). ``params=None`` uses ``robot.nominal``; ``gravity``
+wrenches are in body frames (docs/conventions.md). ``params=None`` uses ``robot.nominal``; ``gravity``
 (3,) in the base frame defaults to ``robot.gravity``. External wrenches ``f_ext`` (n, 6) act on each
 body, expressed in that body's frame, as Pinocchio's ``fext``. URDF damping and friction are not
 applied here (as in Pinocchio); the actuator models do that.

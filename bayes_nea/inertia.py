@@ -3,7 +3,7 @@
 Every parameterisation is a small map ``x (dim,) -> theta (10,)`` with its inverse
 ``theta -> x``, where ``theta = [m, h_x, h_y, h_z, I_xx, I_xy, I_yy, I_xz, I_yz, I_zz]`` is the
 body's inertial parameter vector in its own frame (``h = m c``, ``I`` about the frame origin;
-CONVENTIONS.md). The maps are pure JAX: they run under ``jit``, ``grad`` and ``vmap`` and keep the
+docs/conventions.md). The maps are pure JAX: they run under ``jit``, ``grad`` and ``vmap`` and keep the
 input's dtype (float64 or float32).
 
 Physical consistency (Wensing, Kim & Slotine 2017): theta comes from a non-negative mass density

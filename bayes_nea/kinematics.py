@@ -1,6 +1,6 @@
 """Kinematic parameterisations of the DiffNEA appendix (Lutter et al. 2021, "Kinematics").
 
-A joint's transform is ``T(q) = T_O T_q(q)`` (CONVENTIONS.md): a fixed placement ``T_O`` in the
+A joint's transform is ``T(q) = T_O T_q(q)`` (docs/conventions.md): a fixed placement ``T_O`` in the
 parent body's frame, parameterised by RPY angles and a translation (DiffNEA eq. 4; the angles are
 unconstrained because they only enter trigonometric functions), followed by the joint motion.
 

@@ -1,7 +1,7 @@
 """Linear parametrisation of the dynamics: body and joint-torque regressors.
 
 ``tau = Y(q, qd, qdd) theta`` with theta the (10 n,) stack of per-body inertial parameters in joint
-order (CONVENTIONS.md). Built from body regressors as in the linear-parametrisation notes: the
+order (docs/conventions.md). Built from body regressors as in the linear-parametrisation notes: the
 wrench of body j is ``f_j = A(v_j, a_j) theta_j``, carried to every ancestor i and projected on its
 motion subspace: ``Y[i, j] = s_i^T X*_{i<-j} A_j`` for j in the subtree of i. The transport is
 done on the (6, n) body Jacobians rather than on (6, 10) blocks: ``Y[i, j] = J_j[:, i]^T A_j``.

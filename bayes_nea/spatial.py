@@ -1,4 +1,4 @@
-"""Spatial (Lie-algebra) algebra on SE(3), following CONVENTIONS.md.
+"""Spatial (Lie-algebra) algebra on SE(3), following docs/conventions.md.
 
 Motion vectors (twists, accelerations) are ``[linear; angular]`` (6,), force vectors (wrenches)
 are ``[force; torque]`` (6,). A rigid transform is the pair ``(R, p)`` of ``T_parent_child``:

@@ -1,6 +1,6 @@
 """Built-in systems of the DiffNEA paper with their published parameters.
 
-Numbers come from ``REFERENCE-SYSTEMS.md`` (Quanser's ``config_ip02`` / ``config_sp`` setup files
+Numbers come from ``docs/reference-systems.md`` (Quanser's ``config_ip02`` / ``config_sp`` setup files
 and the QUBE-Servo 2 workbook, as reproduced in public code); each is cited where it is used.
 Quantities that no source publishes (link radii, cart box size) are marked *assumed*; they only
 set small inertias about axes the joints never rotate, which no data can identify.
@@ -93,7 +93,7 @@ def cartpole() -> Robot:
 
 
 def cartpole_motor() -> DCMotor:
-    """The IP02 cart motor as a force source (REFERENCE-SYSTEMS.md, derived, eta = 1)."""
+    """The IP02 cart motor as a force source (docs/reference-systems.md, derived, eta = 1)."""
     return DCMotor((CARTPOLE_FORCE_GAIN, 0.0), (CARTPOLE_BACK_EMF, 0.0), CARTPOLE_VOLTAGE_LIMIT)
 
 
@@ -143,7 +143,7 @@ def furuta() -> Robot:
 
 
 def furuta_motor() -> DCMotor:
-    """The QUBE-Servo 2 motor on the arm joint (REFERENCE-SYSTEMS.md)."""
+    """The QUBE-Servo 2 motor on the arm joint (docs/reference-systems.md)."""
     return DCMotor((FURUTA_TORQUE_GAIN, 0.0), (FURUTA_BACK_EMF, 0.0), FURUTA_VOLTAGE_LIMIT)
 
 

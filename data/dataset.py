@@ -2,7 +2,7 @@
 
 Arrays are numpy float64; joint order is ``joint_names`` (the robot's). ``tau`` is the commanded
 joint effort ``tau_d`` (what a user logs); friction and motor effects between ``tau_d`` and the
-true joint torque are what actuator models learn. See CONVENTIONS.md, "Data".
+true joint torque are what actuator models learn. See docs/conventions.md, "Data".
 """
 
 from __future__ import annotations

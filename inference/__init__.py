@@ -10,7 +10,7 @@ Public API::
     save_result(result, path); load_result(path) -> FitResult   # netCDF (h5netcdf), atomic
 
 NumPyro is imported before ArviZ anywhere in this package (the other order breaks
-``az.from_numpyro``; STACK-NOTES.md). Parallel NUTS chains on a CPU need
+``az.from_numpyro``; docs/stack.md). Parallel NUTS chains on a CPU need
 ``numpyro.set_host_device_count(k)`` before JAX initialises: the caller's job (``cli/fit.py``).
 """
 

@@ -127,8 +127,9 @@ def _adam_init(params):
 
 
 def _adam_update(grads, state, rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
-    """Adam (Kingma & Ba 2015, Algorithm 1), written out so that it runs under JAX's strict
-    dtype promotion (optax's bias correction raises an int32 count to a float power there)."""
+    """Adam (Kingma & Ba 2015, Algorithm 1), written out so that every operation stays in the
+    parameters' dtype (the step count included: float32 training never mixes in int32 or
+    float64)."""
     count, m, v = state
     count = count + 1
     m = jax.tree_util.tree_map(lambda a, g: b1 * a + (1 - b1) * g, m, grads)

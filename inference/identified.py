@@ -11,9 +11,10 @@ the posterior with whether the central ``prob`` interval covers it.
 
 from __future__ import annotations
 
+import arviz as az  # noqa: I001  (after numpyro)
 import jax
 import numpy as np
-import numpyro  # noqa: F401  (before arviz: STACK-NOTES.md)
+import numpyro  # noqa: F401  (before arviz: see inference/__init__.py)
 import xarray as xr
 
 from inference.result import physical_quantities
@@ -56,8 +57,6 @@ def identified_summary(result, bayes_model, *, states=None, truth: dict | None =
     truth and a ``covered`` column (truth inside the central ``prob`` interval) where ``truth``
     (``{name: value}`` for some of the names) is given. Returns a pandas DataFrame.
     """
-    import arviz as az
-
     draws = identified_draws(result, bayes_model, states=states)
     ds = xr.Dataset(
         {

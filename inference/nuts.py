@@ -4,7 +4,7 @@ Chains run in parallel (``chain_method="parallel"``) when JAX sees at least as m
 chains, else one after the other. On a CPU, JAX sees one device unless the host is split *before
 JAX initialises*: call ``numpyro.set_host_device_count(k)`` first thing in a script (the command
 line does; this library function never changes global state). On 2 cores, 2 parallel chains took
-1.5x the time of one (STACK-NOTES.md).
+1.5x the time of one (docs/stack.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The ELBO (Trace_ELBO; Wingate & Weber 2013, Ranganath et al. 2014) is maximised by an optax
 optimiser. Steps run as a compiled ``lax.scan`` of ``chunk_size`` updates (about 10x faster than
-``SVI.run``'s Python loop, STACK-NOTES.md); progress and non-finite losses are checked between
+``SVI.run``'s Python loop, docs/stack.md); progress and non-finite losses are checked between
 chunks. Guides: ``"delta"`` (MAP, ``AutoDelta``), ``"normal"`` (mean field, ``AutoNormal``),
 ``"mvn"`` (full-rank Gaussian) and ``"lowrank"`` (low-rank plus diagonal Gaussian). Gaussian guides
 start at the MAP (an ``AutoDelta`` fit of ``map_steps`` steps, or ``init``) with a small
@@ -175,8 +175,8 @@ def make_optimizer(
             0.0, learning_rate, max(1, steps // 10), steps, end_value=end
         )
     if callable(lr):
-        # optax counts steps in int32; a float count keeps the schedule's arithmetic free of
-        # int/float promotion (which fails under jax_numpy_dtype_promotion="strict")
+        # optax counts steps in int32; a float count keeps the schedule's arithmetic in one
+        # floating dtype (no int/float mixing)
         schedule_fn = lr
         lr = lambda count: schedule_fn(jnp.asarray(count).astype(jnp.result_type(float)))
     opt = OPTIMIZERS[name](lr)

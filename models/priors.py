@@ -7,7 +7,7 @@ the location and scale of every quantity it samples:
 
 ``InformativePrior`` (``"informative"``)
     centred on the robot's nominal parameters: for the built-in systems ``robot.nominal`` and
-    ``robot.damping`` hold the published values (REFERENCE-SYSTEMS.md), for a URDF its values.
+    ``robot.damping`` hold the published values (docs/reference-systems.md), for a URDF its values.
     Masses and lengths are tight (a few %); damping values are disputed between sources by
     2-3 orders of magnitude, so friction priors are broad log-normals even here.
 ``WeakPrior`` (``"weak"``)
