@@ -333,10 +333,10 @@ def run_benchmark(
                 processes=processes,
                 dashboard_address=None,
             )
-            client = Client(cluster)
+            client = Client(cluster, set_as_default=False)
         else:
             cluster = None
-            client = Client(scheduler)
+            client = Client(scheduler, set_as_default=False)
         futures = []
         try:
             # first pass: cells locked by another run are left to it ("busy"); second pass: wait

@@ -278,9 +278,9 @@ def run_calibration(
                 threads_per_worker=1,
                 dashboard_address=None,
             )
-            client = Client(cluster)
+            client = Client(cluster, set_as_default=False)
         else:
-            cluster, client = None, Client(scheduler)
+            cluster, client = None, Client(scheduler, set_as_default=False)
         futures = []
         try:
             futures = [

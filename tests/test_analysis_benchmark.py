@@ -9,6 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import dask
 import pytest
 
 from analysis.benchmark import (
@@ -91,6 +92,9 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
         rollout_seconds=0.0,
     )
     assert len(run.records) == 156 and len(run.ran) == 156 and not run.kept
+    # the sweep's dask client is not left as the process's default scheduler (saving a result
+    # with xarray afterwards failed: "Requested dask.distributed scheduler but no Client active")
+    assert dask.config.get("scheduler", None) != "dask.distributed"
     assert set(run.failed) == {
         cell_id(s, d, "will/fail/now") for s in SYSTEMS for d in DATASET_KINDS
     }

@@ -99,6 +99,7 @@ def _round_trip(name, i, robot, dataset, tmp_path):
         key=i,
         steps=3,
         chunk_size=3,
+        restarts=1,  # restarts are tested in test_inference_svi.py
         num_predictive=0,
         log_likelihood=False,
         progress=False,
