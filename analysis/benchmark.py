@@ -355,7 +355,7 @@ def run_benchmark(
                     )
                     for cell in todo
                 ]
-                for future in as_completed(futures):
+                for future in as_completed(futures, loop=client.loop):
                     outcome, record = future.result()  # an interrupt inside a cell propagates
                     if outcome == "busy":
                         continue

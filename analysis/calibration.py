@@ -294,7 +294,7 @@ def run_calibration(
                 )
                 for cell in todo
             ]
-            for future in as_completed(futures):
+            for future in as_completed(futures, loop=client.loop):
                 record = future.result()
                 if record["status"] == "ok":
                     records[(record["system"], record["variant"], record["batch"])] = record
