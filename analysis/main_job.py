@@ -48,7 +48,7 @@ SIZES = {
 
 def run_main_job(
     *,
-    variant: str = "diffnea/stribeck/informative",
+    variant: str = "diffnea/viscous/informative",
     out_dir: str | os.PathLike = "bayes-nea-output",
     seed: int = 0,
     quick: bool = False,

@@ -10,8 +10,8 @@ HELP = "main job: simulate cart-pole data, fit a variant (SVI then NUTS), write 
 def add_arguments(parser) -> None:
     parser.add_argument(
         "--variant",
-        default="diffnea/stribeck/informative",
-        help="variant name (see `bayes-nea variants`; default diffnea/stribeck/informative)",
+        default="diffnea/viscous/informative",
+        help="variant name (see `bayes-nea variants`; default diffnea/viscous/informative)",
     )
     parser.add_argument(
         "--out", default="bayes-nea-output", help="output folder (default bayes-nea-output)"
