@@ -149,14 +149,15 @@ def make_grid(
     ]
 
 
-def read_cell(path: str | os.PathLike) -> dict | None:
-    """A cell file's record, or None if it is missing, unreadable or from another schema."""
+def read_cell(path: str | os.PathLike, *, schema: str = CELL_SCHEMA) -> dict | None:
+    """A record file's record (a grid cell by default), or None if it is missing, unreadable or
+    from another ``schema``."""
     try:
         with open(path) as f:
             record = json.load(f)
     except (OSError, ValueError):
         return None
-    if not isinstance(record, dict) or record.get("schema") != CELL_SCHEMA:
+    if not isinstance(record, dict) or record.get("schema") != schema:
         return None
     return record
 

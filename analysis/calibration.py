@@ -22,7 +22,6 @@ are functions of the latent sites, so a small harness here is simpler.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -38,6 +37,7 @@ from numpyro.infer.initialization import init_to_value
 from scipy import stats
 
 import bayes_nea as bn
+from analysis.benchmark import read_cell
 from analysis.plots import plt
 from data.io import write_atomic, write_json_atomic
 from inference import laplace_inverse_mass
@@ -224,12 +224,7 @@ def _run_one(system, variant, batch, settings, path) -> dict:
 
 
 def _read(path) -> dict | None:
-    try:
-        with open(path) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) and record.get("schema") == RECORD_SCHEMA else None
+    return read_cell(path, schema=RECORD_SCHEMA)
 
 
 def run_calibration(
