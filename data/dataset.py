@@ -216,6 +216,9 @@ class Dataset:
         settings: JSON-able generation settings (seed, duration, noise, friction, delay, filter).
         true_params: for simulated data the true parameters (``"theta"`` (n, 10), ``"rpy"``,
             ``"xyz"`` (n, 3), friction and motor values), else None.
+        robot_description: the robot the data belong to (:func:`bayes_nea.robot_to_dict`, exact),
+            e.g. the user's URDF of an imported log; None for data of a built-in system that
+            predate it (:meth:`robot` then looks the system up by name).
     """
 
     system: str
@@ -228,6 +231,7 @@ class Dataset:
     synthetic: bool
     settings: dict
     true_params: dict | None
+    robot_description: dict | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "joint_names", tuple(str(j) for j in self.joint_names))
@@ -266,6 +270,15 @@ class Dataset:
         object.__setattr__(self, "settings", _json_able(dict(self.settings)))
         if self.true_params is not None:
             object.__setattr__(self, "true_params", _normalise_params(dict(self.true_params)))
+        if self.robot_description is not None:
+            if isinstance(self.robot_description, bn.Robot):
+                object.__setattr__(self, "robot_description", bn.robot_to_dict(self.robot_description))
+            robot = bn.robot_from_dict(self.robot_description)
+            if robot.joint_names != self.joint_names:
+                raise ValueError(
+                    f"the dataset's joints {list(self.joint_names)} differ from its robot "
+                    f"{robot.name!r}'s {list(robot.joint_names)}"
+                )
 
     @classmethod
     def from_arrays(
@@ -286,6 +299,7 @@ class Dataset:
         synthetic: bool = False,
         settings: dict | None = None,
         true_params: dict | None = None,
+        robot_description: dict | None = None,
     ) -> Dataset:
         """A dataset from concatenated arrays ``t`` (N,), ``q..tau`` (N, n).
 
@@ -328,6 +342,7 @@ class Dataset:
             synthetic=synthetic,
             settings=settings or {},
             true_params=true_params,
+            robot_description=robot_description,
         )
 
     @property
@@ -403,12 +418,22 @@ class Dataset:
         return tuple(parts)
 
     def robot(self) -> bn.Robot:
-        """The :class:`bayes_nea.Robot` of a built-in system (``bayes_nea.get_system``).
+        """The data's :class:`bayes_nea.Robot`: the stored ``robot_description`` (never swapped for
+        a built-in of the same name), else the built-in system ``system``.
 
         Raises:
-            ValueError: ``system`` is not built in (load the user's URDF with ``load_urdf``).
+            ValueError: no description and ``system`` is not built in (import the log with its
+                URDF: ``data.import_log`` or ``bayes-nea import``).
         """
-        robot = bn.get_system(self.system)
+        if self.robot_description is not None:
+            return bn.robot_from_dict(self.robot_description)
+        try:
+            robot = bn.get_system(self.system)
+        except ValueError:
+            raise ValueError(
+                f"dataset of {self.system!r} carries no robot and {self.system!r} is not a "
+                "built-in system: import the log with its URDF (bayes-nea import --urdf ...)"
+            ) from None
         if robot.joint_names != self.joint_names:
             raise ValueError(
                 f"dataset joints {self.joint_names} differ from {self.system!r}'s {robot.joint_names}"

@@ -4,7 +4,8 @@ CSV: a header row; columns ``t``, then ``q_<joint>``, ``qd_<joint>``, ``qdd_<joi
 ``tau_<joint>`` for every joint of the robot (any column order, extra columns ignored), and
 optionally ``trajectory`` (rows with the same value form one episode, kept in order of first
 appearance). NPZ: arrays ``t`` (T,), ``q``, ``qd``, ``qdd``, ``tau`` (T, n) in the robot's joint
-order, optionally ``trajectory`` (T,). Several paths give one episode per file (or per
+order, or in the order of an optional string array ``joint_names`` (n,) (mapped by name),
+optionally ``trajectory`` (T,). Several paths give one episode per file (or per
 trajectory label within a file).
 
 With ``estimate_derivatives=True``, ``qd`` and ``qdd`` are estimated from ``q`` (central
@@ -31,6 +32,8 @@ from data.estimate import estimate_derivatives as _estimate
 from data.io import read_npz
 
 TRAJECTORY_COLUMN = "trajectory"
+JOINT_NAMES_ARRAY = "joint_names"
+"""Optional NPZ array (n,) naming the log's columns; they are then mapped to the robot by name."""
 
 
 def _robot_of(robot):
@@ -66,6 +69,8 @@ def _read_csv(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> di
         raise ValueError(
             f"{path}: duplicate columns {duplicated}; each column name may appear once"
         )
+    logged = [h.removeprefix("q_") for h in header if h.startswith("q_")]
+    _check_joints_logged(path, joints, logged)
     columns = ["t"] + [f"{s}_{j}" for s in needed for j in joints]
     missing = [c for c in columns if c not in header]
     if missing:
@@ -104,7 +109,19 @@ def _read_csv(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> di
         )
     if TRAJECTORY_COLUMN in index:
         out[TRAJECTORY_COLUMN] = column(TRAJECTORY_COLUMN, as_float=False)
+    out["ignored"] = [h for h in header if h not in columns and h != TRAJECTORY_COLUMN]
     return out
+
+
+def _check_joints_logged(path: str, joints: tuple[str, ...], logged) -> None:
+    """Refuse a log that lacks some of the robot's joints, naming them and the log's own."""
+    absent = [j for j in joints if j not in logged]
+    if absent:
+        raise ValueError(
+            f"{path}: the robot's joint(s) {absent} are not in the log (it has joints "
+            f"{list(logged)}); log every movable joint of the URDF or lock the others "
+            "(load_urdf(lock_joints=...), bayes-nea import --lock-joint NAME=VALUE)"
+        )
 
 
 def _read_npz(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> dict:
@@ -128,15 +145,25 @@ def _read_npz(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> di
             )
     if content["t"].ndim != 1:
         raise ValueError(f"{path}: t has shape {content['t'].shape}, expected (T,)")
-    out = {"t": np.asarray(content["t"], dtype=np.float64)}
+    out = {"t": np.asarray(content["t"], dtype=np.float64), "ignored": []}
+    order = np.arange(len(joints))
+    if JOINT_NAMES_ARRAY in content:  # columns named: map them onto the robot's joint order
+        logged = [str(j) for j in np.atleast_1d(content[JOINT_NAMES_ARRAY])]
+        if len(set(logged)) != len(logged):
+            raise ValueError(f"{path}: {JOINT_NAMES_ARRAY} repeats a name: {logged}")
+        _check_joints_logged(path, joints, logged)
+        order = np.array([logged.index(j) for j in joints])
+        out["ignored"] = [j for j in logged if j not in joints]
+    width = len(joints) if JOINT_NAMES_ARRAY not in content else len(logged)
     for s in needed:
         x = np.asarray(content[s], dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != len(joints):
+        if x.ndim != 2 or x.shape[1] != width:
             raise ValueError(
-                f"{path}: {s} has shape {x.shape}, expected (T, {len(joints)}) for joints "
-                f"{list(joints)} (shape mismatch with the robot's joints)"
+                f"{path}: {s} has shape {x.shape}, expected (T, {width}) for joints "
+                f"{logged if JOINT_NAMES_ARRAY in content else list(joints)} (shape mismatch "
+                "with the robot's joints)"
             )
-        out[s] = x
+        out[s] = x[:, order]
     if TRAJECTORY_COLUMN in content:
         out[TRAJECTORY_COLUMN] = np.asarray(content[TRAJECTORY_COLUMN])
     return out
@@ -200,7 +227,7 @@ def import_log(
     if not paths:
         raise ValueError("no log files given")
     needed = ("q", "tau") if estimate_derivatives else SIGNALS
-    episodes, periods, sources = [], [], []
+    episodes, periods, sources, ignored = [], [], [], {}
     for path in paths:
         if os.path.isdir(path):
             raise ValueError(f"log file {path!r} is a directory")
@@ -213,6 +240,8 @@ def import_log(
             content = _read_npz(path, joints, needed)
         else:
             raise ValueError(f"{path}: unsupported file type {ext!r}; use .csv or .npz")
+        if content["ignored"]:
+            ignored[path] = content["ignored"]
         T = content["t"].shape[0]
         for s in needed:
             if content[s].shape[0] != T:
@@ -268,6 +297,8 @@ def import_log(
             if estimate_derivatives
             else None,
             "rate_tolerance": rate_tolerance,
+            "ignored_columns": ignored,
         },
         true_params=None,
+        robot_description=bn.robot_to_dict(robot),
     )

@@ -224,6 +224,8 @@ def save_dataset(dataset: Dataset, path: str | os.PathLike) -> str:
         "settings": dataset.settings,
         "true_params": _json_able(dataset.true_params),
     }
+    if dataset.robot_description is not None:  # optional: older files have none
+        meta["robot"] = dataset.robot_description
     arrays = {
         "t": np.concatenate([ep.t for ep in dataset.episodes]),
         **{
@@ -324,6 +326,8 @@ def load_dataset(path: str | os.PathLike) -> Dataset:
             types == (int, float) and isinstance(meta[key], bool)
         ):
             raise ValueError(f"{path!r}: metadata {key!r} = {meta[key]!r} has the wrong type")
+    if not isinstance(meta.get("robot", {}), dict):
+        raise ValueError(f"{path!r}: metadata 'robot' is not a robot description (a JSON object)")
     if "sha256" not in meta:
         raise ValueError(
             f"{path!r} has no checksum (written by an older bayes-nea): re-create it with "
@@ -378,6 +382,7 @@ def load_dataset(path: str | os.PathLike) -> Dataset:
             synthetic=meta["synthetic"],
             settings=meta["settings"],
             true_params=meta["true_params"],
+            robot_description=meta.get("robot"),
         )
     except ValueError as err:
         raise ValueError(f"{path!r}: {err}") from None

@@ -208,6 +208,7 @@ def _uniform(system: str, *, seed: int, duration: float, settings: dict) -> Data
         synthetic=True,
         settings={"seed": seed, "duration": duration, "friction": None, "noise": None, **s},
         true_params=plant_params(_rigid_plant(robot)),
+        robot_description=bn.robot_to_dict(robot),
     )
 
 
@@ -412,6 +413,7 @@ def _closed_loop(
             **s,
         },
         true_params={**plant_params(plant), **true_extra},
+        robot_description=bn.robot_to_dict(robot),
     )
     return (dataset, truth) if return_truth else dataset
 
@@ -519,6 +521,7 @@ def _excitation(
             **s,
         },
         true_params=plant_params(plant),
+        robot_description=bn.robot_to_dict(robot),
     )
     truth = {"q": q, "qd": qd, "qdd": qdd}
     return (dataset, truth) if return_truth else dataset

@@ -101,7 +101,7 @@ def test_constructor_validation():
         ds.replace(kind="weird")
     with pytest.raises(ValueError, match="both measured and estimated"):
         ds.replace(measured=("q", "qd"))
-    with pytest.raises(ValueError, match="built-in systems are"):
+    with pytest.raises(ValueError, match="carries no robot and .myrobot. is not a built-in system"):
         ds.robot()
     assert ep.q.flags.writeable is False
 
