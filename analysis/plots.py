@@ -50,12 +50,14 @@ def plot_rollout_band(
     truth=None,
     draws=None,
     title: str = "posterior-predictive rollout",
+    truth_label: str = "true system",
 ) -> Path:
     """Median and credible band of each joint's position over time, with the true trajectory.
 
     Args:
         t: (T + 1,) s. band: :class:`analysis.rollouts.Band` of ``q`` ((T + 1, n) fields).
-        truth: optional (T + 1, n) true positions. draws: optional (k, T + 1, n) sample paths.
+        truth: optional (T + 1, n) true positions (or a reference: ``truth_label``).
+        draws: optional (k, T + 1, n) sample paths.
     """
     t = np.asarray(t)
     n = robot.n
@@ -74,7 +76,7 @@ def plot_rollout_band(
             for path_k in np.asarray(draws)[:, :, i]:
                 ax.plot(t, path_k, color="tab:blue", lw=0.4, alpha=0.3)
         if truth is not None:
-            ax.plot(t, np.asarray(truth)[:, i], color="black", lw=1.2, ls="--", label="true system")
+            ax.plot(t, np.asarray(truth)[:, i], color="black", lw=1.2, ls="--", label=truth_label)
         ax.set_ylabel(f"{robot.joint_names[i]} [{joint_unit(robot, i)}]")
         ax.grid(alpha=0.3)
     axes[0, 0].legend(loc="upper right", fontsize=8)

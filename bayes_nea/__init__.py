@@ -12,6 +12,7 @@ from bayes_nea.base_parameters import BaseParameters, base_parameters, sample_st
 from bayes_nea.control import (  # noqa: E402
     computed_torque_pd,
     energy_swing_up,
+    joint_impedance,
     lqr_stabilizer,
     swing_up_and_stabilize,
     swing_up_protocol,
@@ -68,6 +69,7 @@ from bayes_nea.urdf import load_urdf, to_urdf  # noqa: E402
 __all__ = [
     "computed_torque_pd",
     "energy_swing_up",
+    "joint_impedance",
     "lqr_stabilizer",
     "swing_up_and_stabilize",
     "swing_up_protocol",

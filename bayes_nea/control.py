@@ -17,7 +17,9 @@ Under-actuated swing-up (cart-pole, Furuta pendulum), pendulum angle 0 hanging d
 - :func:`swing_up_protocol`: the DiffNEA data protocol: swing up for ``swing_time``, then zero
   effort for ``release_time`` (the pendulum falls freely), repeated.
 
-Fully actuated arms: :func:`computed_torque_pd`, ``tau = rnea(q, qd, qdd_ref + Kd e_d + Kp e)``.
+Fully actuated arms: :func:`computed_torque_pd`, ``tau = ID(q, qd, qdd_ref + Kd e_d + Kp e)``, and
+:func:`joint_impedance`, ``tau = ID(q_r, qd_r, qdd_r) + K e + D e_d``; ``ID`` is the rigid-body
+``rnea`` or any identified inverse model.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ __all__ = [
     "Controller",
     "computed_torque_pd",
     "energy_swing_up",
+    "joint_impedance",
     "lqr_stabilizer",
+    "rigid_body_inverse",
     "pendulum_energy",
     "swing_up_and_stabilize",
     "swing_up_protocol",
@@ -339,6 +343,31 @@ def swing_up_protocol(
     return protocol
 
 
+InverseDynamics = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
+"""``(q, qd, qdd) -> tau_d`` (n,): the model a controller inverts (rigid body plus actuator)."""
+
+
+def _gains(robot: Robot, kp, kd) -> tuple[np.ndarray, np.ndarray]:
+    kp_a = np.broadcast_to(np.asarray(kp, dtype=float), (robot.n,))
+    kd_a = np.broadcast_to(np.asarray(kd, dtype=float), (robot.n,))
+    if np.any(kp_a < 0) or np.any(kd_a < 0) or not np.all(np.isfinite([*kp_a, *kd_a])):
+        raise ValueError(f"kp and kd must be finite and non-negative, got {kp}, {kd}")
+    return kp_a, kd_a
+
+
+def _saturation(robot: Robot, saturate: bool):
+    limit = np.abs(np.asarray(robot.effort_limit, dtype=float))
+    limit = np.where(limit == 0, np.inf, limit) if saturate else np.full(robot.n, np.inf)
+    return lambda tau: jnp.clip(tau, -jnp.asarray(limit, tau.dtype), jnp.asarray(limit, tau.dtype))
+
+
+def rigid_body_inverse(
+    robot: Robot, params: RobotParams | None = None, gravity: jax.Array | None = None
+) -> InverseDynamics:
+    """``(q, qd, qdd) -> rnea(robot, q, qd, qdd)`` with ``params`` (default: nominal)."""
+    return lambda q, qd, qdd: rnea(robot, q, qd, qdd, params=params, gravity=gravity)
+
+
 def computed_torque_pd(
     robot: Robot,
     reference_fn: ReferenceFn,
@@ -348,8 +377,9 @@ def computed_torque_pd(
     params: RobotParams | None = None,
     gravity: jax.Array | None = None,
     saturate: bool = True,
+    inverse_dynamics: InverseDynamics | None = None,
 ) -> Controller:
-    """Computed-torque (inverse-dynamics) PD: ``tau = rnea(q, qd, qdd_r + Kd (qd_r - qd) + Kp (q_r - q))``.
+    """Computed-torque (inverse-dynamics) PD: ``tau = ID(q, qd, qdd_r + Kd (qd_r - qd) + Kp (q_r - q))``.
 
     With an exact model the tracking error obeys ``e'' + Kd e' + Kp e = 0`` (Spong et al. 2020,
     ch. 8); critical damping is ``kd = 2 sqrt(kp)``.
@@ -357,25 +387,51 @@ def computed_torque_pd(
     Args:
         reference_fn: ``t -> (q_r, qd_r, qdd_r)``, each (n,).
         kp, kd: scalar or (n,) gains (1/s^2, 1/s), non-negative.
-        params, gravity: the controller's model (default: nominal, robot gravity).
+        params, gravity: the rigid-body model ``ID = rnea`` (default: nominal, robot gravity).
         saturate: clip to ``robot.effort_limit`` (infinite limits leave it unclipped).
+        inverse_dynamics: ``ID`` itself (e.g. an identified model's rigid body + actuator inverse,
+            ``models.BayesianModel.tau_fn``); replaces ``params`` and ``gravity``.
     """
-    n = robot.n
-    kp_a = np.broadcast_to(np.asarray(kp, dtype=float), (n,))
-    kd_a = np.broadcast_to(np.asarray(kd, dtype=float), (n,))
-    if np.any(kp_a < 0) or np.any(kd_a < 0):
-        raise ValueError(f"kp and kd must be non-negative, got {kp}, {kd}")
-    limit = np.abs(np.asarray(robot.effort_limit, dtype=float))
-    limit = np.where(limit == 0, np.inf, limit)
+    kp_a, kd_a = _gains(robot, kp, kd)
+    clip = _saturation(robot, saturate)
+    inverse = inverse_dynamics or rigid_body_inverse(robot, params, gravity)
 
     def controller(t, q, qd):
         dtype = jnp.result_type(float, q, qd)
         q_r, qd_r, qdd_r = (jnp.asarray(x, dtype) for x in reference_fn(t))
         a = qdd_r + jnp.asarray(kd_a, dtype) * (qd_r - qd) + jnp.asarray(kp_a, dtype) * (q_r - q)
-        tau = rnea(robot, q, qd, a, params=params, gravity=gravity)
-        if saturate:
-            lim = jnp.asarray(limit, dtype)
-            tau = jnp.clip(tau, -lim, lim)
-        return tau
+        return clip(inverse(q, qd, a))
+
+    return controller
+
+
+def joint_impedance(
+    robot: Robot,
+    reference_fn: ReferenceFn,
+    *,
+    stiffness: float | np.ndarray,
+    damping: float | np.ndarray,
+    inverse_dynamics: InverseDynamics | None = None,
+    saturate: bool = True,
+) -> Controller:
+    """Joint impedance with inverse-dynamics feed-forward on the reference:
+    ``tau = ID(q_r, qd_r, qdd_r) + K (q_r - q) + D (qd_r - qd)``.
+
+    Args:
+        reference_fn: ``t -> (q_r, qd_r, qdd_r)``, each (n,).
+        stiffness, damping: scalar or (n,) ``K`` (N m/rad or N/m) and ``D`` (N m s/rad or N s/m).
+        inverse_dynamics: the feed-forward model ``ID(q, qd, qdd) -> tau_d`` (default: ``rnea`` of
+            the nominal model).
+        saturate: clip to ``robot.effort_limit``.
+    """
+    k_a, d_a = _gains(robot, stiffness, damping)
+    clip = _saturation(robot, saturate)
+    inverse = inverse_dynamics or rigid_body_inverse(robot)
+
+    def controller(t, q, qd):
+        dtype = jnp.result_type(float, q, qd)
+        q_r, qd_r, qdd_r = (jnp.asarray(x, dtype) for x in reference_fn(t))
+        feedback = jnp.asarray(k_a, dtype) * (q_r - q) + jnp.asarray(d_a, dtype) * (qd_r - qd)
+        return clip(inverse(q_r, qd_r, qdd_r) + feedback)
 
     return controller

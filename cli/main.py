@@ -1,6 +1,7 @@
 """``bayes-nea`` entry point.
 
-Each subcommand lives in its own module ``cli/<name>.py`` (hyphens become underscores) exposing ``HELP`` (one line),
+Each subcommand lives in its own module ``cli/<name>.py`` (hyphens become underscores; ``import``
+is ``cli/import_log.py``) exposing ``HELP`` (one line),
 ``add_arguments(parser)`` and ``run(args) -> int``. Those modules import nothing heavy at module
 level (JAX, NumPyro, ArviZ are imported inside ``run``), so ``bayes-nea --help`` is instant.
 """
@@ -16,6 +17,7 @@ SUBCOMMANDS = (
     "run",
     "demo",
     "simulate",
+    "import",
     "variants",
     "fit",
     "rollout",
@@ -25,6 +27,10 @@ SUBCOMMANDS = (
     "report",
     "hybrid",
 )
+
+
+MODULES = {"import": "import_log"}
+"""Subcommands whose module name differs (``import`` is a Python keyword)."""
 
 
 class _UsageError(Exception):
@@ -50,10 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
+        module_name = f"cli.{MODULES.get(name, name.replace('-', '_'))}"
         try:
-            module = importlib.import_module(f"cli.{name.replace('-', '_')}")
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
-            if err.name != f"cli.{name.replace('-', '_')}":
+            if err.name != module_name:
                 raise
             continue
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)

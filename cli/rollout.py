@@ -19,19 +19,42 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--draws", type=integer(1, 10**6), default=1000, help="at most this many draws"
     )
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="dataset file (`simulate` or `import`): replay an episode's logged efforts from its "
+        "first state and draw the band over the logged positions",
+    )
+    parser.add_argument(
+        "--episode", type=integer(0, 10**6), default=0, help="which episode --data replays"
+    )
 
 
 def run(args) -> int:
     from analysis.workflows import rollout_result
+    from data import load_dataset
     from data.io import check_output_path
 
     check_output_path(args.out, "--out")
     res = rollout_result(
-        args.result, out=args.out, q0=args.q0, seconds=args.seconds, max_draws=args.draws
+        args.result,
+        out=args.out,
+        q0=args.q0,
+        seconds=args.seconds,
+        max_draws=args.draws,
+        dataset=None if args.data is None else load_dataset(args.data),
+        episode=args.episode,
     )
     print(f"figure: {res['figure']}")
-    print(
-        f"energy of the uncontrolled rollouts: {res['label']} "
-        + ", ".join(f"{k} {v:.2f}" for k, v in res["energy"].items())
-    )
+    if args.data is None:
+        print(
+            f"energy of the uncontrolled rollouts: {res['label']} "
+            + ", ".join(f"{k} {v:.2f}" for k, v in res["energy"].items())
+        )
+    else:
+        print(
+            f"replay of episode {args.episode} ({res['replay']['seconds']:g} s): "
+            f"{res['coverage']:.0%} of the logged positions inside the band, "
+            f"{res['finite_fraction']:.0%} of the draws finite"
+        )
     return 0

@@ -114,3 +114,29 @@ def fourier_excitation(
     )  # per joint
     scale = scale * (1.0 - 1e-3)  # the grid maximum may miss the true one by ~1e-5 (relative)
     return FourierTrajectory(q0, a * scale[:, None], b * scale[:, None], w_f)
+
+
+def robot_excitation(
+    robot,
+    *,
+    seed: int,
+    velocity_fraction: float = 0.4,
+    acceleration_limit: float = 5.0,
+    harmonics: int = 5,
+    base_frequency_hz: float = 0.1,
+    margin: float = 0.1,
+) -> FourierTrajectory:
+    """:func:`fourier_excitation` within ``robot``'s joint limits, at ``velocity_fraction`` of its
+    velocity limits (a joint without one is taken as 1 rad/s or m/s)."""
+    vlim = np.asarray(robot.velocity_limit, dtype=float)
+    vlim = np.where(np.isfinite(vlim) & (vlim > 0), vlim, 1.0) * float(velocity_fraction)
+    return fourier_excitation(
+        robot.lower,
+        robot.upper,
+        seed=seed,
+        velocity_limit=vlim,
+        acceleration_limit=acceleration_limit,
+        harmonics=int(harmonics),
+        base_frequency_hz=float(base_frequency_hz),
+        margin=float(margin),
+    )

@@ -22,14 +22,17 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Sequence
+from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 import bayes_nea as bn
 from data.dataset import MAX_RATE_HZ, SIGNALS, Dataset, check_values, make_episode
 from data.estimate import DEFAULT_CUTOFF_HZ, DEFAULT_ORDER
 from data.estimate import estimate_derivatives as _estimate
-from data.io import read_npz
+from data.io import read_npz, write_text_atomic
 
 TRAJECTORY_COLUMN = "trajectory"
 JOINT_NAMES_ARRAY = "joint_names"
@@ -46,7 +49,9 @@ def _robot_of(robot):
     return robot
 
 
-def _read_csv(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> dict:
+def _read_csv(
+    path: str, joints: tuple[str, ...], needed: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> dict:
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is ok
             reader = csv.reader(f)
@@ -71,6 +76,7 @@ def _read_csv(path: str, joints: tuple[str, ...], needed: tuple[str, ...]) -> di
         )
     logged = [h.removeprefix("q_") for h in header if h.startswith("q_")]
     _check_joints_logged(path, joints, logged)
+    needed = needed + tuple(s for s in optional if all(f"{s}_{j}" in header for j in joints))
     columns = ["t"] + [f"{s}_{j}" for s in needed for j in joints]
     missing = [c for c in columns if c not in header]
     if missing:
@@ -302,3 +308,83 @@ def import_log(
         true_params=None,
         robot_description=bn.robot_to_dict(robot),
     )
+
+
+def export_log(dataset: Dataset, path: str | os.PathLike) -> str:
+    """Write ``dataset`` as a CSV log in the form :func:`import_log` reads (atomically).
+
+    Columns: ``t``, ``q_<joint>``, ``qd_<joint>``, ``qdd_<joint>``, ``tau_<joint>`` for the
+    measured and estimated signals, and ``trajectory`` (the episode index); floats with 17
+    significant digits, so importing the file gives back the same numbers. What a recorded log
+    has and nothing else: no true parameters, no robot.
+
+    Returns:
+        The path written.
+    """
+    if not isinstance(dataset, Dataset):
+        raise ValueError(f"export_log expects a data.Dataset, got {type(dataset).__name__}")
+    if os.path.splitext(os.fspath(path))[1].lower() != ".csv":
+        raise ValueError(f"{os.fspath(path)}: a log is written as .csv")
+    signals = [s for s in SIGNALS if s in dataset.measured or s in dataset.estimated]
+    header = ["t", *(f"{s}_{j}" for s in signals for j in dataset.joint_names), TRAJECTORY_COLUMN]
+    lines = [",".join(header)]
+    for e, ep in enumerate(dataset.episodes):
+        block = np.concatenate([ep.t[:, None], *(getattr(ep, s) for s in signals)], axis=1)
+        lines += [",".join(f"{v:.17g}" for v in row) + f",{e}" for row in block]
+    return write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+class SampledReference(NamedTuple):
+    """A reference trajectory sampled at times ``t``; called as ``reference(t) -> (q, qd, qdd)``
+    (n,) each, linearly interpolated (held constant outside ``[t[0], t[-1]]``), jittable.
+
+    Fields:
+        t: (T,) s, increasing. q, qd, qdd: (T, n) in the robot's joint order.
+    """
+
+    t: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+
+    def __call__(self, t):
+        dtype = jnp.result_type(float, t)
+        grid = jnp.asarray(self.t, dtype)
+
+        def interp(x):
+            return jax.vmap(lambda col: jnp.interp(t, grid, col), in_axes=1)(jnp.asarray(x, dtype))
+
+        return interp(self.q), interp(self.qd), interp(self.qdd)
+
+    @property
+    def duration(self) -> float:
+        return float(self.t[-1] - self.t[0])
+
+
+def read_reference(path: str | os.PathLike, robot) -> SampledReference:
+    """A reference trajectory for a tracking check from a CSV file: columns ``t`` and
+    ``q_<joint>`` for every joint of ``robot`` (any order, mapped by name), optionally
+    ``qd_<joint>`` and ``qdd_<joint>``; missing derivatives are central differences of ``q``
+    (``numpy.gradient``, second order). Time is shifted to start at 0.
+
+    Raises:
+        ValueError: as :func:`import_log`, naming the file and the problem.
+    """
+    robot = _robot_of(robot)
+    path = os.fspath(path)
+    if os.path.splitext(path)[1].lower() != ".csv":
+        raise ValueError(f"{path}: a reference trajectory is a .csv file")
+    if not os.path.isfile(path):
+        raise ValueError(f"reference trajectory {path!r} does not exist")
+    content = _read_csv(path, tuple(robot.joint_names), ("q",), optional=("qd", "qdd"))
+    t = content["t"]
+    if t.shape[0] < 3:
+        raise ValueError(f"{path}: a reference trajectory needs at least 3 rows, got {t.shape[0]}")
+    _check_sampling(path, t, tolerance=0.5)
+    for name in ("t", "q", "qd", "qdd"):
+        if name in content:
+            check_values(content[name], name, path)
+    q = content["q"]
+    qd = content["qd"] if "qd" in content else np.gradient(q, t, axis=0, edge_order=2)
+    qdd = content["qdd"] if "qdd" in content else np.gradient(qd, t, axis=0, edge_order=2)
+    return SampledReference(t - t[0], q, qd, qdd)

@@ -44,7 +44,7 @@ import bayes_nea as bn
 from bayes_nea import control
 from data.dataset import MAX_RATE_HZ, Dataset, Episode, plant_params
 from data.estimate import DEFAULT_CUTOFF_HZ, DEFAULT_ORDER, estimate_derivatives
-from data.excitation import FourierTrajectory, fourier_excitation
+from data.excitation import FourierTrajectory, robot_excitation
 
 DEFAULT_RATE_HZ = 250.0
 GENERATED_KINDS = ("uniform", "trajectories", "hardware", "excitation")
@@ -420,6 +420,15 @@ def _closed_loop(
 
 # --- excitation (fully actuated arms) -----------------------------------------------------------
 
+EXCITATION_OPTIONS = (
+    "velocity_fraction",
+    "acceleration_limit",
+    "harmonics",
+    "base_frequency_hz",
+    "margin",
+)
+"""Settings of the excitation data passed to :func:`data.excitation.robot_excitation`."""
+
 
 def _excitation(
     system: str, *, seed: int, duration: float, settings: dict, return_truth: bool = False
@@ -454,18 +463,11 @@ def _excitation(
     )
     rate = float(s["rate_hz"])
     count, steps = _episode_split(duration, 1.0 / float(s["base_frequency_hz"]), rate)
-    vlim = np.asarray(robot.velocity_limit, dtype=float)
-    vlim = np.where(np.isfinite(vlim), vlim, 1.0) * float(s["velocity_fraction"])
     refs = [
-        fourier_excitation(
-            robot.lower,
-            robot.upper,
+        robot_excitation(
+            robot,
             seed=seed * 1000 + e,
-            velocity_limit=vlim,
-            acceleration_limit=s["acceleration_limit"],
-            harmonics=int(s["harmonics"]),
-            base_frequency_hz=float(s["base_frequency_hz"]),
-            margin=float(s["margin"]),
+            **{k: s[k] for k in EXCITATION_OPTIONS},
         )
         for e in range(count)
     ]
