@@ -53,6 +53,12 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--target-accept", type=real(0.0, 1.0, open_low=True), default=0.8, help="in (0, 1)"
     )
+    parser.add_argument(
+        "--polish",
+        action="store_true",
+        help="SVI with the delta guide: finish with damped Newton steps to a checked MAP "
+        "(gradient and Hessian tested; a dense Hessian: small models)",
+    )
     parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--float32", action="store_true", help="run in float32 (BAYES_NEA_X64=0)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -79,6 +85,8 @@ def run(args) -> int:
     check_output_path(args.out, "--out")
     if args.init is not None and args.method != "nuts":
         raise ValueError("--init starts NUTS; it is meaningless with --method svi")
+    if args.polish and (args.method != "svi" or args.guide != "delta"):
+        raise ValueError("--polish finishes an SVI MAP: it needs --method svi --guide delta")
     if args.target_accept >= 1.0:
         raise ValueError(f"--target-accept must be below 1, got {args.target_accept}")
     dataset = load_dataset(args.data)
@@ -107,6 +115,7 @@ def run(args) -> int:
             steps=args.steps,
             learning_rate=args.learning_rate,
             progress=progress,
+            polish=args.polish,
         )
         convergence = result.attrs["convergence"]
         print(convergence["message"])
@@ -136,7 +145,7 @@ def run(args) -> int:
             f"divergences {d['divergences']}, max tree depth hits {d['max_tree_depth_hits']}"
         )
     save_result(result, args.out)
-    print(result.summary().to_string())
+    print(shorten_index(result.summary()).to_string())
     print(f"saved {result.method} fit of {result.variant!r} on {result.system!r} to {args.out}")
     return 0
 
@@ -162,3 +171,12 @@ def check_init_matches(init, init_path: str, dataset, data_path: str, variant: s
         raise ValueError(
             f"--init {init_path!r} is a fit of variant {init.variant!r}, not --variant {variant!r}"
         )
+
+
+def shorten_index(table, width: int = 60):
+    """``table`` with row labels cut to ``width`` characters (long base-parameter combinations
+    would push the numbers off the screen); the stored result keeps the full names."""
+    labels = [str(k) if len(str(k)) <= width else str(k)[: width - 3] + "..." for k in table.index]
+    if len(set(labels)) < len(labels):  # keep rows distinguishable
+        labels = [f"{lab} #{i}" if lab.endswith("...") else lab for i, lab in enumerate(labels)]
+    return table.set_axis(labels, axis=0)
