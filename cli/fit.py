@@ -156,6 +156,8 @@ def check_init_matches(init, init_path: str, dataset, data_path: str, variant: s
     Raises:
         ValueError: naming both files and what differs.
     """
+    import bayes_nea as bn  # lazy: the command line starts without JAX
+
     if init.system != dataset.system:
         raise ValueError(
             f"--init {init_path!r} is a fit of system {init.system!r} but --data {data_path!r} "
@@ -170,6 +172,11 @@ def check_init_matches(init, init_path: str, dataset, data_path: str, variant: s
     if init.variant != variant:
         raise ValueError(
             f"--init {init_path!r} is a fit of variant {init.variant!r}, not --variant {variant!r}"
+        )
+    if bn.robot_to_dict(init.robot()) != bn.robot_to_dict(dataset.robot()):
+        raise ValueError(
+            f"--init {init_path!r} was fitted to another description of robot {init.system!r} "
+            f"than the one stored in --data {data_path!r} (same name, other URDF or locked joints)"
         )
 
 

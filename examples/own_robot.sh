@@ -12,7 +12,8 @@ LOCK="--lock-joint panda_finger_joint1 --lock-joint panda_finger_joint2"
 mkdir -p own-robot && cd own-robot
 $BN simulate --urdf $URDF $LOCK --duration 10 --seed 1 --out log.csv
 $BN import --urdf $URDF $LOCK --log log.csv --out panda.npz
-$BN fit --variant diffnea/viscous/informative --data panda.npz --steps 3000 --polish --out map.nc
-$BN fit --variant diffnea/viscous/informative --data panda.npz --method nuts --init map.nc --warmup 300 --samples 300 --out posterior.nc
+FIT="--variant diffnea/viscous/informative --data panda.npz --likelihood inverse --geometry identifiable"
+$BN fit $FIT --steps 3000 --polish --out map.nc
+$BN fit $FIT --method nuts --init map.nc --warmup 300 --samples 300 --out posterior.nc
 $BN rollout posterior.nc --data panda.npz --seconds 1 --draws 200 --out replay.png
 $BN check-controller posterior.nc --excitation 5 --draws 200 --out tracking.png

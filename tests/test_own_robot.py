@@ -233,6 +233,12 @@ TINY = (
 )
 
 
+@pytest.fixture(scope="module")
+def xla_cache(tmp_path_factory):
+    """One persistent compilation cache for the commands of these tests (as a user's would be)."""
+    return tmp_path_factory.mktemp("xla-cache")
+
+
 def readme_block() -> str:
     section = (ROOT / "README.md").read_text().split("## Your own robot", 1)[1]
     return section.split("```bash\n", 1)[1].split("```", 1)[0]
@@ -244,7 +250,7 @@ def test_example_script_runs_the_readme_commands():
 
 @pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
 @pytest.mark.parametrize("urdf", ["panda", "two-dof"])
-def test_readme_commands_run_on_a_urdf_at_tiny_size(urdf, tmp_path):
+def test_readme_commands_run_on_a_urdf_at_tiny_size(urdf, tmp_path, xla_cache):
     """Every README command in a fresh folder, sizes shrunk (only the numbers of the size flags
     change); for the 2-DoF the URDF and locked joints are swapped for example-robot-data's
     asr TwoDofs arm."""
@@ -264,7 +270,7 @@ def test_readme_commands_run_on_a_urdf_at_tiny_size(urdf, tmp_path):
             line = 'LOCK=""'
         lines.append(line)
     script = "set -euo pipefail\n" + "\n".join(lines) + "\n"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BAYES_NEA_CACHE=str(xla_cache))
     done = subprocess.run(
         ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
     )
@@ -280,3 +286,19 @@ def test_readme_commands_run_on_a_urdf_at_tiny_size(urdf, tmp_path):
     assert list(report["rmse_per_joint"]) == list(robot.joint_names)
     for q in report["rmse_per_joint"].values():
         assert 0 <= q["q5"] <= q["q50"] <= q["q95"]
+
+
+def test_check_controller_arguments_are_checked_first(tmp_path, capsys):
+    fit = str(tmp_path / "fit.nc")  # never read: the arguments are refused before
+    err = _cli_error(["check-controller", fit, "--controller", "impedance"], capsys)
+    assert "tracks a reference" in err and "--excitation" in err
+    err = _cli_error(
+        ["check-controller", fit, "--controller", "swing-up", "--excitation", "2"], capsys
+    )
+    assert "swing-up tracks no reference" in err
+    err = _cli_error(["check-controller", fit, "--excitation", "2", "--gains", "1"], capsys)
+    assert "KP,KD" in err
+    err = _cli_error(
+        ["check-controller", fit, "--excitation", "2", "--trajectory", "r.csv"], capsys
+    )
+    assert "not allowed with argument" in err
