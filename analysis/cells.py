@@ -175,6 +175,8 @@ def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_t
     physical = None
     if bm.family.white_box:
         physical = jax.vmap(bm.physical)(draws)
+        if "theta" not in physical:  # identifiable geometry: theta | beta completed in the fit
+            physical = thin_draws(fit.physical_samples(), int(settings["draws"]))
         dyn = bm.dynamics_robot
         params = params_from_physical(dyn, physical)
         own = classify_energy(rollout_energy(dyn, qs, qds, params=params), divergent=div)

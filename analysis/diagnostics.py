@@ -92,7 +92,8 @@ def diagnostic_plots(result, out_dir, *, var_names=None, max_vars: int = 6) -> d
     """Trace, forest and pair plots (PNG) of the posterior's physical quantities.
 
     Args:
-        var_names: stored variable names; default: the first ``max_vars`` physical quantities.
+        var_names: stored variable names; default: the first ``max_vars`` real-valued physical
+            quantities.
     Returns:
         {"trace": path, "forest": path, "pair": path}.
     """
@@ -101,8 +102,11 @@ def diagnostic_plots(result, out_dir, *, var_names=None, max_vars: int = 6) -> d
     import arviz_plots as azp
 
     out_dir = Path(out_dir)
-    names = list(var_names or result.physical_names[:max_vars])
-    post = result.idata["posterior"].to_dataset()[names]
+    post = result.idata["posterior"].to_dataset()
+    if var_names is None:  # real-valued quantities (not the completion's flags and counts)
+        var_names = [n for n in result.physical_names if post[n].dtype.kind == "f"][:max_vars]
+    names = list(var_names)
+    post = post[names]
     tree = result.idata.copy()
     paths = {}
     for kind, fn in (("trace", azp.plot_trace_dist), ("forest", azp.plot_forest)):

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import bayes_nea as bn
 from analysis.cells import FIGURE1_START, rollout_steps, score_fit, true_figure1_rollout
 from analysis.diagnostics import diagnostic_plots, heldout_ppc
 from analysis.energy import analyse_energy
@@ -24,7 +25,9 @@ from analysis.rollouts import credible_band, make_rollout_fn
 from data import generate_dataset
 from data.io import write_text_atomic
 from inference import fit_nuts, fit_svi, save_result
+from inference.identified import identified_summary
 from models import build_model, data_scales, model_data, variant_names
+from models.identifiable import identifiable_model
 
 SIZES = {
     False: {
@@ -79,12 +82,22 @@ def run_main_job(
     dataset = generate_dataset("cartpole", dataset_kind, seed=seed, duration=size["duration"])
     train, _, test = dataset.split(seed=seed)
     robot = dataset.robot()
-    bm = build_model(variant, robot, scales=data_scales(model_data(train), robot))
+    bm, geometry = identifiable_where_possible(
+        build_model(variant, robot, scales=data_scales(model_data(train), robot))
+    )
     say(
-        f"data: cart-pole, {dataset_kind}, {dataset.n_samples} samples ({train.n_samples} for fitting)"
+        f"data: cart-pole, {dataset_kind}, {dataset.n_samples} samples ({train.n_samples} for "
+        f"fitting); {geometry} geometry"
     )
     start = time.perf_counter()
-    svi = fit_svi(bm, model_data(train), key=seed, steps=size["svi_steps"], progress=progress)
+    svi = fit_svi(
+        bm,
+        model_data(train),
+        key=seed,
+        steps=size["svi_steps"],
+        progress=progress,
+        polish=geometry == "identifiable",  # a checked MAP where the Hessian is small
+    )
     svi_s = time.perf_counter() - start
     # two chains (R-hat) where the caller split the host into devices (cli/run.py does), else one
     chains = 2 if jax.local_device_count() >= 2 else 1
@@ -107,7 +120,20 @@ def run_main_job(
     table = fit.summary()
     say("\nposterior of the physical parameters (ArviZ summary):")
     say(table.to_string())
+    # convergence judged on what the data identify (base parameters, coefficients, noise and
+    # predicted accelerations at held-out states), the truth beside it
+    q_te, qd_te, _, tau_te = (x[:: max(1, test.n_samples // 20)][:20] for x in test.arrays())
+    identified = identified_summary(
+        fit, bm, states=(q_te, qd_te, tau_te), truth=true_identified(bm, dataset)
+    )
+    say("\nidentified quantities (convergence is judged on these):")
+    say(identified.to_string())
     conv = fit.diagnostics()
+    conv["identified_rhat_max"] = _max_or_none(identified["r_hat"])
+    conv["identified_ess_bulk_min"] = float(identified["ess_bulk"].min())
+    if "truth" in identified:
+        known = identified["covered_90"].dropna()
+        conv["identified_truth_covered"] = f"{int(known.sum())}/{len(known)}"
     stats = fit.idata["sample_stats"]
     conv["mean_leapfrog_steps"] = float(stats["n_steps"].mean())
     conv["max_tree_depth"] = int(stats["tree_depth"].max())
@@ -157,8 +183,13 @@ def run_main_job(
         f"- fit: SVI {size['svi_steps']} steps ({svi_s:.1f} s), NUTS {size['num_warmup']} + {size['num_samples']} per chain ({nuts_s:.1f} s, Laplace metric included)",
         f"- NUTS: {chains} chain(s), Laplace metric (inverse Hessian at the SVI MAP), "
         f"{conv['mean_leapfrog_steps']:.1f} leapfrog steps per draw on average, max tree depth {conv['max_tree_depth']}",
-        f"- convergence: R-hat max {_fmt(conv.get('rhat_max'), '.3f')}, bulk ESS min "
-        f"{_fmt(conv.get('ess_bulk_min'), '.0f')}, divergences {conv.get('divergences')}",
+        f"- geometry: {geometry}; convergence on the identified quantities (base parameters, "
+        f"coefficients, noise, predicted held-out accelerations): R-hat max "
+        f"{_fmt(conv['identified_rhat_max'], '.3f')}, bulk ESS min "
+        f"{conv['identified_ess_bulk_min']:.0f}; divergences {conv.get('divergences')}; true "
+        f"values inside the 90% interval: {conv.get('identified_truth_covered', 'n/a')}",
+        f"- on all sampled sites: R-hat max {_fmt(conv.get('rhat_max'), '.3f')}, bulk ESS min "
+        f"{_fmt(conv.get('ess_bulk_min'), '.0f')}",
         f"- held-out acceleration NMSE (posterior mean): {metrics['accel_nmse']:.3g}; 90% predictive coverage of held-out qdd {ppc['coverage']:.2f}",
         "- uncontrolled rollout RMSE vs the true system: "
         + ", ".join(f"{h} s: {v:.3g}" for h, v in metrics["rollout_rmse"].items()),
@@ -167,11 +198,13 @@ def run_main_job(
         f"- physically consistent draws: {_fmt(metrics['plausible_fraction'], '.2f')}; median "
         f"relative mass error {_fmt(metrics['mass_rel_error'], '.3f')}",
         "",
+        "## Identified quantities, with the truth",
+        "",
+        _markdown(identified),
+        "",
         "## Posterior of the physical parameters",
         "",
-        table.to_markdown()
-        if hasattr(table, "to_markdown") and _has_tabulate()
-        else "```\n" + table.to_string() + "\n```",
+        _markdown(table),
         "",
         "![rollouts](rollout.png)",
         "",
@@ -191,6 +224,41 @@ def run_main_job(
         f"\nwrote {', '.join(str(p) for p in paths.values())} (in {time.perf_counter() - t0:.0f} s)"
     )
     return paths
+
+
+def identifiable_where_possible(model):
+    """``(model, geometry)``: the identifiable-geometry version of a ``diffnea`` model with a
+    non-network actuator (``models.identifiable``), else the model unchanged."""
+    try:
+        return identifiable_model(model), "identifiable"
+    except ValueError:  # another family or a network actuator: no base-parameter coordinates
+        return model, model.spec.geometry
+
+
+def true_identified(model, dataset) -> dict:
+    """The true identified quantities of simulated data: base parameters ``B theta`` of the true
+    bodies and the true friction coefficients (names as in ``inference.identified``)."""
+    truth = {}
+    if dataset.true_params is None:
+        return truth
+    theta = np.asarray(dataset.true_params["theta"], np.float64).reshape(-1)
+    if not model.family.learns_kinematics and model.family.linear_in_theta:
+        truth["base_parameters"] = np.asarray(bn.base_parameters(model.robot, 0).to_base) @ theta
+    for name in ("viscous", "coulomb"):
+        if name in dataset.true_params:
+            truth[name] = np.asarray(dataset.true_params[name], np.float64)
+    return truth
+
+
+def _max_or_none(values):
+    values = np.asarray(values, float)
+    return float(np.nanmax(values)) if np.isfinite(values).any() else None
+
+
+def _markdown(table) -> str:
+    if hasattr(table, "to_markdown") and _has_tabulate():
+        return table.to_markdown()
+    return "```\n" + table.to_string() + "\n```"
 
 
 def _fmt(value, spec: str) -> str:
