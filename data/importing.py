@@ -80,9 +80,16 @@ def _read_csv(
     columns = ["t"] + [f"{s}_{j}" for s in needed for j in joints]
     missing = [c for c in columns if c not in header]
     if missing:
+        derivatives_only = all(c.startswith(("qd_", "qdd_")) for c in missing)
         raise ValueError(
             f"{path}: missing columns {missing}; expected 't' and '<signal>_<joint>' for signals "
             f"{list(needed)} and joints {list(joints)}"
+            + (
+                " (without logged velocities and accelerations, estimate them from q: "
+                "--estimate-derivatives, import_log(..., estimate_derivatives=True))"
+                if derivatives_only
+                else ""
+            )
         )
     index = {h: i for i, h in enumerate(header)}
     for k, r in enumerate(rows):
