@@ -156,11 +156,6 @@ class GaussianCondition:
         return jnp.asarray(self.beta_mean, dtype) + jnp.asarray(self.beta_chol, dtype) @ z
 
 
-def consistent(theta_flat: Array) -> Array:
-    """Whether every body of theta (p,) = (10 n,) has a positive definite pseudo-inertia."""
-    return jnp.all(bn.is_physically_consistent(theta_flat.reshape(-1, 10)))
-
-
 def consistency_lmi(beta: Array, condition: GaussianCondition, reference=None):
     """``nu (p - b,) -> (n, 4, 4)``: the bodies' scaled pseudo-inertias of ``theta(beta) + F nu``.
 
