@@ -315,10 +315,13 @@ class IdentifiableModel:
     @property
     def nuts_metric(self) -> str:
         """The metric ``inference.fit_nuts(metric="auto", init=MAP)`` uses: ``"laplace"``, or
-        ``"adapt-dense"`` for Stribeck friction, whose weakly identified Coulomb / Stribeck
-        coefficients are non-Gaussian (a curved ridge where ``f_s`` and ``f_d`` trade off at
-        large ``v_s``) so that the MAP's inverse Hessian misfits them (docs/inference-geometry.md)."""
-        return "adapt-dense" if self.source.spec.actuator == "stribeck" else "laplace"
+        ``"adapt-dense"`` for Stribeck friction with the informative prior, whose weakly
+        identified Coulomb / Stribeck coefficients are skewed so that the MAP's inverse Hessian
+        underestimates their spread. With the weak prior the adapted metric was much worse
+        (docs/inference-geometry.md has both measurements), so it keeps the Laplace metric."""
+        spec = self.source.spec
+        stribeck = spec.actuator == "stribeck" and spec.prior == "informative"
+        return "adapt-dense" if stribeck else "laplace"
 
     @property
     def energy_class(self) -> str:
