@@ -375,3 +375,28 @@ def test_completion_where_rejection_fails(system, prior):
         np.linalg.eigvalsh(_pseudo_inertia_np(prop.reshape(-1, robot.n, 10)))[..., 0] > 0, -1
     )
     assert rate.mean() < 0.5
+
+
+@pytest.mark.slow  # compiles a Stribeck NUTS run (130 s on the loaded shared machine)
+def test_fit_nuts_auto_metric_follows_the_model():
+    # Stribeck + informative prior: adapted dense metric; the rest: Laplace metric at the init
+    robot = bn.get_system("cartpole")
+    strib = identifiable_model(build_model("diffnea/stribeck/informative", robot), moment_draws=500)
+    assert strib.nuts_metric == "adapt-dense"
+    weak = identifiable_model(build_model("diffnea/stribeck/weak", robot), moment_draws=500)
+    assert weak.nuts_metric == "laplace"
+    q, qd, qdd = bn.sample_states(robot, 7, 20)
+    data = strib.prepare(ModelData(q, qd, qdd, jnp.zeros_like(q)))
+    fit = fit_nuts(
+        dataclasses.replace(strib, completion_steps=2),
+        data,
+        key=0,
+        num_warmup=3,
+        num_samples=2,
+        num_chains=1,
+        init=strib.init_sample(),
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    assert fit.attrs["settings"]["metric"] == "adapt" and fit.attrs["settings"]["dense_mass"]
