@@ -190,7 +190,7 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
             {
                 "replicate": batch * R + r,
                 "quantities": quantities,
-                "truth_completion_tries": int(completion["completion_tries"][r]),
+                "truth_completion_margin": float(completion["completion_margin"][r]),
             }
         )
     return {

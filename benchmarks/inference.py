@@ -129,7 +129,9 @@ def identifiable_row(system, actuator, prior, args) -> dict:
         num_samples=args.draws,
         num_chains=2,
         init=point,
-        metric="laplace",
+        metric=args.metric or "auto",
+        dense_mass=args.metric == "adapt",
+        target_accept=args.target_accept,
         progress=False,
         num_predictive=0,
         log_likelihood=False,
@@ -144,6 +146,13 @@ def identifiable_row(system, actuator, prior, args) -> dict:
     return {
         "system": system,
         "variant": f"diffnea/{actuator}/{prior}",
+        "metric": "{}{}/{:g}".format(
+            fit.attrs["settings"]["metric"],
+            "-dense"
+            if fit.attrs["settings"]["metric"] == "adapt" and fit.attrs["settings"]["dense_mass"]
+            else "",
+            args.target_accept,
+        ),
         "map_s": t_map,
         "map_converged": report.converged,
         "nuts_wall_s": fit.attrs["timing"]["wall_s"],
@@ -163,8 +172,8 @@ def run_identifiable(args) -> list[dict]:
     numpyro.set_host_device_count(min(2, os.cpu_count() or 1))
     rows = []
     for system in args.systems.split(","):
-        for actuator in ("viscous", "stribeck"):
-            for prior in ("informative", "weak"):
+        for actuator in args.actuators.split(","):
+            for prior in args.priors.split(","):
                 rows.append(identifiable_row(system, actuator, prior, args))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
@@ -174,12 +183,13 @@ def print_identifiable(rows, args) -> None:
     print(
         f"identifiable geometry (models.identifiable), forward likelihood, {args.samples} "
         f"uniform samples; Newton MAP, then NUTS 2 chains x ({args.warmup} warm-up + "
-        f"{args.draws} draws), Laplace metric; R-hat/ESS over base parameters, friction "
+        f"{args.draws} draws), metric/target acceptance as listed; R-hat/ESS over base parameters, friction "
         "coefficients and noise scales (the latent sites); total = MAP + NUTS incl. compile"
     )
     columns = [
         ("system", "{}"),
         ("variant", "{}"),
+        ("metric", "{}"),
         ("map_converged", "{}"),
         ("total_s", "{:.1f}"),
         ("nuts_wall_s", "{:.1f}"),
@@ -202,7 +212,12 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=1000)
     p.add_argument("--draws", type=int, default=1000)
     p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--metric", choices=("laplace", "adapt"), default="laplace")
+    p.add_argument(
+        "--metric",
+        choices=("laplace", "adapt"),
+        default=None,
+        help="default: laplace; identifiable: the model's nuts_metric (fit_nuts 'auto')",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--precision", choices=("float64", "float32", "both"), default="both")
     p.add_argument(
@@ -212,10 +227,14 @@ def main(argv=None) -> int:
         help="identifiable: the base-parameter table over systems x {viscous, stribeck} x priors",
     )
     p.add_argument("--systems", default="cartpole,furuta")
+    p.add_argument("--actuators", default="viscous,stribeck")
+    p.add_argument("--priors", default="informative,weak")
+    p.add_argument("--target-accept", type=float, default=0.8, help="NUTS step-size target")
     args = p.parse_args(argv)
     if args.geometry == "identifiable":
         print_identifiable(run_identifiable(args), args)
         return 0
+    args.metric = args.metric or "laplace"
     if args.child:
         print(json.dumps(run_once(args)))
         return 0

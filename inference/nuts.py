@@ -160,7 +160,8 @@ def fit_nuts(
             ``num_samples`` more draws each, and return all draws (earlier ones first).
         dense_mass: adapt a dense (True) or diagonal (False) mass matrix (``metric="adapt"``).
         metric: the inverse mass matrix. ``"auto"`` (default): ``"laplace"`` when ``init`` is
-            given, else ``"adapt"``. ``"adapt"``: adapted during warm-up (Stan's windows).
+            given (or an adapted dense metric where the model's ``nuts_metric`` says
+            ``"adapt-dense"``), else ``"adapt"``. ``"adapt"``: adapted during warm-up (Stan's windows).
             ``"laplace"``: fixed, the inverse Hessian of the negative log joint at ``init``'s
             posterior mean (:func:`inference.laplace.laplace_inverse_mass`); needs ``init``
             (an SVI MAP is the intended start; docs/measurements.md has what it measured); falls
@@ -202,6 +203,11 @@ def fit_nuts(
         )
     if init is not None and extend is not None:
         raise ValueError("give either init or extend, not both")
+    if metric == "auto" and init is not None and extend is None:
+        # a model may name the metric that suits its posterior (models.identifiable: an
+        # adapted dense metric where the MAP's curvature misfits non-Gaussian friction sites)
+        if getattr(bayes_model, "nuts_metric", "laplace") == "adapt-dense":
+            metric, dense_mass = "adapt", True
     key, seed = raw_key(key)
     k_run, k_pred = jax.random.split(key)
     latent, _ = trace_sites(bayes_model, data)

@@ -19,16 +19,17 @@ completes every draw from the prior:
 3. ``theta | beta ~ G(theta | B theta = beta)`` truncated to the physically consistent set
    ``C = {theta: every body's pseudo-inertia is positive definite}`` (Wensing et al. 2017). ``C``
    is convex and the Gaussian conditional log-concave, so the conditional is a log-concave
-   density on a convex set; it is drawn exactly by rejection from the untruncated conditional
-   (:meth:`IdentifiableModel.complete`), whose acceptance rate is the conditional probability of
-   ``C`` (measured and returned).
+   density on a convex set (a linear matrix inequality in the unseen directions). It is drawn
+   by a phase-1 barrier method for an interior point followed by hit-and-run moves with exact
+   truncated-normal line draws (:func:`truncated_conditional`, :mod:`models.truncated_gaussian`;
+   :meth:`IdentifiableModel.complete`), which needs no acceptance and works however little mass
+   ``G``'s conditional puts on ``C``.
 
 So every completed draw is a physically consistent body with the sampled base parameters exactly,
 and the DiffNEA virtual parameters (:func:`bayes_nea.bodies_from_theta` ``"diffnea"``) exist for
-every draw. ``beta`` with an empty consistent slice (``theta | beta`` has no consistent value)
-has prior probability below the Monte-Carlo resolution for the informative priors; the
-completion then reports failure (``completion_ok`` False) rather than returning an inconsistent
-body.
+every draw. A ``beta`` that no consistent body has (empty slice; the Gaussian prior on ``beta``
+does not exclude them) is reported (``completion_ok`` False) rather than completed with an
+inconsistent body.
 
 **The NumPyro model** (:meth:`IdentifiableModel.model`) has latent sites ``base_z`` (b,)
 (``beta = B mu + L z``, ``L L^T = B Sigma B^T``), the actuator's coefficient sites and the noise
@@ -50,6 +51,7 @@ import numpyro
 import numpyro.distributions as dist
 
 import bayes_nea as bn
+import models.truncated_gaussian as tg
 from models.likelihoods import LinearStats, ModelData, check_data
 
 Array = jax.Array
@@ -57,7 +59,7 @@ Array = jax.Array
 GEOMETRY = "identifiable"
 BASE_SITE = "base_z"
 DEFAULT_MOMENT_DRAWS = 20_000
-DEFAULT_MAX_TRIES = 2_000
+DEFAULT_COMPLETION_STEPS = 300
 
 
 class BaseFeatures(NamedTuple):
@@ -154,9 +156,39 @@ class GaussianCondition:
         return jnp.asarray(self.beta_mean, dtype) + jnp.asarray(self.beta_chol, dtype) @ z
 
 
-def consistent(theta_flat: Array) -> Array:
-    """Whether every body of theta (p,) = (10 n,) has a positive definite pseudo-inertia."""
-    return jnp.all(bn.is_physically_consistent(theta_flat.reshape(-1, 10)))
+def consistency_lmi(beta: Array, condition: GaussianCondition, reference=None):
+    """``nu (p - b,) -> (n, 4, 4)``: the bodies' scaled pseudo-inertias of ``theta(beta) + F nu``.
+
+    ``theta = E[theta | beta] + null_factor nu`` (so ``nu | beta ~ N(0, I)`` under ``G``) and
+    body ``i``'s block is ``L_i^-1 J_i(theta) L_i^-T`` with ``L_i L_i^T = J_i(reference)`` (the
+    identity at ``reference`` (p,), a consistent theta, default the prior mean ``mu``; congruence
+    keeps positive definiteness, Wensing et al. 2017). Affine in nu.
+    """
+    dtype = beta.dtype
+    mean = condition.representative(beta)
+    F = jnp.asarray(condition.null_factor, dtype)
+    reference = condition.mu if reference is None else reference
+    scale = jnp.asarray(_pseudo_inertia_chol_inv(reference), dtype)  # (n, 4, 4)
+
+    def lmi(nu):
+        J = bn.pseudo_inertia((mean + F @ nu).reshape(-1, 10))
+        return scale @ J @ jnp.swapaxes(scale, -1, -2)
+
+    return lmi
+
+
+def _pseudo_inertia_chol_inv(mu: np.ndarray) -> np.ndarray:
+    """(n, 4, 4) ``L_i^-1``, ``L_i L_i^T = J_i(mu)`` (numpy; mu (10 n,) must be consistent)."""
+    J = pseudo_inertia_np(np.asarray(mu, np.float64).reshape(-1, 10))
+    if np.any(np.linalg.eigvalsh(J)[..., 0] <= 0):
+        raise ValueError("the theta prior mean is not a physically consistent body")
+    return np.linalg.inv(np.linalg.cholesky(J))
+
+
+def pseudo_inertia_np(theta: np.ndarray) -> np.ndarray:
+    """:func:`bayes_nea.pseudo_inertia` of a concrete (..., 10) array, as float64 numpy."""
+    with jax.ensure_compile_time_eval():
+        return np.asarray(bn.pseudo_inertia(jnp.asarray(theta, jnp.float64)), np.float64)
 
 
 def truncated_conditional(
@@ -164,46 +196,36 @@ def truncated_conditional(
     beta: Array,
     condition: GaussianCondition,
     *,
-    accept=consistent,
-    max_tries=DEFAULT_MAX_TRIES,
+    steps: int = DEFAULT_COMPLETION_STEPS,
+    reference=None,
 ):
-    """One exact draw of theta | beta from ``G(theta | beta)`` truncated to ``accept``.
+    """One draw of theta | beta from ``G(theta | beta)`` truncated to the consistent bodies.
 
-    Rejection from the untruncated Gaussian conditional (``lax.while_loop``; vmappable over keys
-    and betas). Exact for any acceptance set; the expected number of tries is one over the
-    conditional probability of the set.
+    ``nu | beta`` is a standard normal truncated to the convex set where every pseudo-inertia is
+    positive definite (:func:`consistency_lmi`): an interior point by the phase-1 barrier method,
+    then ``steps`` hit-and-run moves that leave the truncated normal invariant
+    (:mod:`models.truncated_gaussian`). Jittable and vmappable over keys and betas.
 
     Args:
         key: ``jax.random`` key.
         beta: (b,) base parameters.
         condition: the :class:`GaussianCondition`.
-        accept: ``theta (p,) -> bool`` (default: all bodies physically consistent).
-        max_tries: give up after this many proposals.
+        steps: hit-and-run moves from the interior point.
+        reference: (p,) a consistent theta whose pseudo-inertias scale the consistency blocks
+            (:func:`consistency_lmi`; the phase-1 tolerance is relative to them). Default: the
+            prior mean.
 
     Returns:
-        ``(theta (p,), ok (), tries ())``; when ``ok`` is False theta is the last (rejected)
-        proposal and must not be used.
+        ``(theta (p,), ok (), margin ())``: ``B theta = beta``; ``ok`` False when no consistent
+        body with these base parameters was found (the slice is empty up to phase 1's
+        tolerance); theta must then not be used. ``margin`` is phase 1's smallest scaled
+        pseudo-inertia eigenvalue at the starting point (> 0 iff ``ok``).
     """
-    dtype = beta.dtype
-    mean = condition.representative(beta)
-    F = jnp.asarray(condition.null_factor, dtype)
-
-    def propose(k):
-        return mean + F @ jax.random.normal(k, (F.shape[1],), dtype)
-
-    def cond(carry):
-        _, _, ok, tries = carry
-        return (~ok) & (tries < max_tries)
-
-    def body(carry):
-        key, _, _, tries = carry
-        key, sub = jax.random.split(key)
-        theta = propose(sub)
-        return key, theta, accept(theta), tries + 1
-
-    init = (key, mean, jnp.asarray(False), jnp.asarray(0, jnp.int32))
-    _, theta, ok, tries = jax.lax.while_loop(cond, body, init)
-    return theta, ok, tries
+    lmi = consistency_lmi(beta, condition, reference)
+    k = condition.null_factor.shape[1]
+    nu, ok, margin = tg.sample_truncated_normal(key, lmi, k, steps=steps, dtype=beta.dtype)
+    theta = condition.representative(beta) + jnp.asarray(condition.null_factor, beta.dtype) @ nu
+    return theta, ok, margin
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -225,15 +247,29 @@ class IdentifiableModel:
     source: object  # the models.BayesianModel it was built from
     base: bn.BaseParameters
     condition: GaussianCondition
-    max_tries: int = DEFAULT_MAX_TRIES
+    completion_steps: int = DEFAULT_COMPLETION_STEPS
 
     @functools.cached_property
     def completer(self):
-        """Jitted ``(keys (D,), beta (D, b)) -> (theta (D, p), ok (D,), tries (D,))``."""
-        condition, max_tries = self.condition, self.max_tries
+        """Jitted ``(keys (D,), beta (D, b)) -> (theta (D, p), ok (D,), margin (D,))``."""
+        condition, steps = self.condition, self.completion_steps
+        reference = self.reference_theta
         return jax.jit(
-            jax.vmap(lambda k, b: truncated_conditional(k, b, condition, max_tries=max_tries))
+            jax.vmap(
+                lambda k, b: truncated_conditional(
+                    k, b, condition, steps=steps, reference=reference
+                )
+            )
         )
+
+    @functools.cached_property
+    def reference_theta(self) -> np.ndarray:
+        """(p,) the robot's nominal theta if physically consistent, else the prior mean: the
+        scale of the consistency blocks (the identified parts of a thin link are small at any
+        scale fit to that link)."""
+        nominal = np.asarray(self.robot.nominal.theta, np.float64).reshape(-1)
+        J = pseudo_inertia_np(nominal.reshape(-1, 10))
+        return nominal if np.all(np.linalg.eigvalsh(J)[..., 0] > 0) else self.condition.mu
 
     # --- protocol attributes ------------------------------------------------------------------
 
@@ -275,6 +311,17 @@ class IdentifiableModel:
     @property
     def geometry(self) -> str:
         return GEOMETRY
+
+    @property
+    def nuts_metric(self) -> str:
+        """The metric ``inference.fit_nuts(metric="auto", init=MAP)`` uses: ``"laplace"``, or
+        ``"adapt-dense"`` for Stribeck friction with the informative prior, whose weakly
+        identified Coulomb / Stribeck coefficients are skewed so that the MAP's inverse Hessian
+        underestimates their spread. With the weak prior the adapted metric was much worse
+        (docs/inference-geometry.md has both measurements), so it keeps the Laplace metric."""
+        spec = self.source.spec
+        stribeck = spec.actuator == "stribeck" and spec.prior == "informative"
+        return "adapt-dense" if stribeck else "laplace"
 
     @property
     def energy_class(self) -> str:
@@ -368,14 +415,15 @@ class IdentifiableModel:
 
         Returns:
             ``{"theta": (D, n, 10), "virtual": (D, n, 10), "completion_ok": (D,),
-            "completion_tries": (D,)}`` (numpy); ``virtual`` is NaN where ``completion_ok`` is
-            False.
+            "completion_margin": (D,)}`` (numpy); ``completion_ok`` is False where no consistent
+            body has the draw's base parameters (:func:`truncated_conditional`); ``theta`` and
+            ``virtual`` are NaN there.
         """
         beta = jax.vmap(self.beta)({BASE_SITE: jnp.asarray(samples[BASE_SITE])})
         keys = jax.random.split(key, beta.shape[0])
-        theta, ok, tries = self.completer(keys, beta)
+        theta, ok, margin = self.completer(keys, beta)
         n = self.robot.n
-        theta = theta.reshape(-1, n, 10)
+        theta = jnp.where(ok[:, None], theta, jnp.nan).reshape(-1, n, 10)
         safe = jnp.where(ok[:, None, None], theta, self.condition.mu.reshape(n, 10))
         virtual = _virtual(safe)
         virtual = jnp.where(ok[:, None, None], virtual, jnp.nan)
@@ -383,13 +431,13 @@ class IdentifiableModel:
             "theta": np.asarray(theta),
             "virtual": np.asarray(virtual),
             "completion_ok": np.asarray(ok),
-            "completion_tries": np.asarray(tries),
+            "completion_margin": np.asarray(margin),
         }
 
     def sample_prior(self, key, num: int, *, dtype=None) -> tuple[dict, dict]:
         """``num`` joint draws from the prior: latent sites and their completion.
 
-        Draws whose ``theta | beta`` slice had no consistent value within ``max_tries`` are
+        Draws whose base parameters no consistent body has (empty ``theta | beta`` slice) are
         replaced by redraws (the prior is truncated to base parameters of a consistent body).
 
         Returns:

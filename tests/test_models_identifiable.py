@@ -1,16 +1,18 @@
 """Identifiable geometry (models.identifiable) and the Newton MAP (inference.polish).
 
-References we did not write: the closed-form truncated-normal mean (scipy.stats.truncnorm), the
-closed-form Gaussian conditional by regression on joint Gaussian draws, the conjugate
-linear-Gaussian posterior on the joint-torque regressor (tested against Pinocchio elsewhere), and
-the physical-consistency test of the pseudo-inertia.
+References we did not write: the closed-form Gaussian conditional by regression on joint Gaussian
+draws, the conjugate linear-Gaussian posterior on the joint-torque regressor (tested against
+Pinocchio elsewhere), Pinocchio's pseudo-inertia (physical consistency), and an independent
+rejection sample of the truncated conditional (numpy).
 """
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pinocchio as pin
 import pytest
-from scipy import stats
 
 import bayes_nea as bn
 from inference import fit_nuts
@@ -18,9 +20,9 @@ from inference.polish import polish_map
 from models import ModelData, build_model
 from models.identifiable import (
     BASE_SITE,
+    DEFAULT_COMPLETION_STEPS,
     GaussianCondition,
     identifiable_model,
-    truncated_conditional,
 )
 
 pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
@@ -28,38 +30,34 @@ pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py
 NOISE = 0.02
 
 
+def _pinocchio_consistent(theta):
+    """(..., n, 10) -> (...,): every body's Pinocchio pseudo-inertia positive definite."""
+    theta = np.asarray(theta, np.float64)
+    flat = theta.reshape(-1, 10)
+    lam = np.array(
+        [np.linalg.eigvalsh(pin.PseudoInertia.FromDynamicParameters(t).toMatrix())[0] for t in flat]
+    )
+    return np.all((lam > 0).reshape(theta.shape[:-1]), axis=-1)
+
+
+def _pseudo_inertia_np(theta):
+    """(..., 10) -> (..., 4, 4), written out here (checked against Pinocchio in the test)."""
+    m, hx, hy, hz, Ixx, Ixy, Iyy, Ixz, Iyz, Izz = np.moveaxis(theta, -1, 0)
+    tr = 0.5 * (Ixx + Iyy + Izz)
+    rows = [
+        [tr - Ixx, -Ixy, -Ixz, hx],
+        [-Ixy, tr - Iyy, -Iyz, hy],
+        [-Ixz, -Iyz, tr - Izz, hz],
+        [hx, hy, hz, m],
+    ]
+    return np.stack([np.stack(r, -1) for r in rows], -2)
+
+
 @pytest.fixture(scope="module")
 def cartpole_model():
     robot = bn.get_system("cartpole")
-    return identifiable_model(build_model("diffnea/viscous/informative", robot))
-
-
-def test_truncated_conditional_matches_closed_form_truncated_normal():
-    # theta in R^2, beta = theta_0 + theta_1, G = N(mu, diag(s^2)), truncated to theta >= 0:
-    # theta_0 | beta is a normal truncated to [0, beta] (scipy's truncnorm is the reference).
-    mu, s = np.array([0.3, 0.9]), np.array([0.5, 0.8])
-    cond = GaussianCondition.build(np.array([[1.0, 1.0]]), mu, np.diag(s**2))
-    beta = jnp.array([0.7])
-    keys = jax.random.split(jax.random.key(0), 20_000)
-    draw = jax.jit(
-        jax.vmap(lambda k: truncated_conditional(k, beta, cond, accept=lambda t: jnp.all(t >= 0)))
-    )
-    theta, ok, tries = draw(keys)
-    assert bool(ok.all())
-    theta = np.asarray(theta)
-    np.testing.assert_allclose(theta.sum(1), 0.7, atol=1e-12)  # B theta = beta exactly
-    assert theta.min() >= 0
-    # untruncated conditional of theta_0 given the sum: regression of one normal on the sum
-    var = s[0] ** 2 * s[1] ** 2 / (s[0] ** 2 + s[1] ** 2)
-    m = mu[0] + s[0] ** 2 / (s[0] ** 2 + s[1] ** 2) * (0.7 - mu.sum())
-    sd = np.sqrt(var)
-    ref = stats.truncnorm((0 - m) / sd, (0.7 - m) / sd, loc=m, scale=sd)
-    se = ref.std() / np.sqrt(theta.shape[0])
-    assert abs(theta[:, 0].mean() - ref.mean()) < 4 * se
-    assert abs(theta[:, 0].std() - ref.std()) < 0.03 * ref.std()
-    # tries are geometric with success probability P(0 <= theta_0 <= beta) under the conditional
-    p_in = stats.norm(m, sd).cdf(0.7) - stats.norm(m, sd).cdf(0.0)
-    assert abs(np.asarray(tries).mean() - 1 / p_in) < 0.05 / p_in
+    m = identifiable_model(build_model("diffnea/viscous/informative", robot))
+    return dataclasses.replace(m, completion_steps=40)  # small: these tests check consistency
 
 
 def test_gaussian_condition_matches_regression_on_joint_draws():
@@ -87,7 +85,7 @@ def test_completion_is_consistent_and_keeps_base_parameters(cartpole_model):
     latent, comp = m.sample_prior(jax.random.key(3), 200)
     theta = comp["theta"]
     assert theta.shape == (200, 2, 10)
-    assert bool(np.all(np.asarray(bn.is_physically_consistent(theta))))
+    assert _pinocchio_consistent(theta).all()
     beta = np.asarray(jax.vmap(m.condition.beta)(jnp.asarray(latent[BASE_SITE])))
     np.testing.assert_allclose(theta.reshape(200, -1) @ m.base.to_base.T, beta, atol=1e-12)
     # the DiffNEA virtual parameters of every draw map back to its theta
@@ -289,3 +287,116 @@ def test_identified_summary_reports_identified_quantities_with_truth():
     params = bn.RobotParams(jnp.asarray(theta), robot.nominal.rpy, robot.nominal.xyz)
     ref = jax.vmap(lambda a, b, t: bn.aba(robot, a, b, t, params=params))(q, qd, tau)
     np.testing.assert_allclose(draws["qdd_pred"][c, d], ref, rtol=1e-8)
+
+
+def _truth_beta(model):
+    return jnp.asarray(model.base.to_base @ np.asarray(model.robot.nominal.theta).reshape(-1))
+
+
+def _z_of(model, beta):
+    c = model.condition
+    return np.linalg.solve(c.beta_chol, np.asarray(beta) - c.beta_mean)
+
+
+@pytest.mark.slow
+def test_completion_matches_an_independent_rejection_sample(cartpole_model):
+    # theta | beta at the true base parameters, informative prior (where rejection from the
+    # untruncated Gaussian conditional works): hit-and-run draws vs rejection draws
+    m = dataclasses.replace(cartpole_model, completion_steps=DEFAULT_COMPLETION_STEPS)
+    c = m.condition
+    beta = np.asarray(_truth_beta(m))
+    D = 1500
+    z = np.broadcast_to(_z_of(m, beta), (D, beta.size))
+    comp = m.complete(jax.random.key(11), {BASE_SITE: jnp.asarray(z)})
+    assert comp["completion_ok"].all()
+    theta = comp["theta"].reshape(D, -1)
+    # reference: untruncated conditional N(mu + gain (beta - B mu), F F^T), accept consistent
+    rng = np.random.default_rng(0)
+    mean = c.mu + c.gain @ (beta - c.beta_mean)
+    prop = mean + rng.standard_normal((200_000, c.null_factor.shape[1])) @ c.null_factor.T
+    J = _pseudo_inertia_np(prop.reshape(-1, m.robot.n, 10))
+    ref = prop[np.all(np.linalg.eigvalsh(J)[..., 0] > 0, axis=-1)]
+    assert len(ref) > 5000
+    # the written-out pseudo-inertia is Pinocchio's
+    np.testing.assert_allclose(
+        J[0, 1], pin.PseudoInertia.FromDynamicParameters(prop[0, 10:]).toMatrix(), atol=1e-12
+    )
+    sd = ref.std(0)
+    free = sd > 1e-9 * np.abs(ref).max()  # entries beta does not fix
+    se = np.sqrt(sd**2 / D + sd**2 / len(ref))
+    z_mean = np.abs(theta.mean(0) - ref.mean(0))[free] / se[free]
+    assert z_mean.max() < 4.5, z_mean
+    np.testing.assert_allclose(theta.std(0)[free], sd[free], rtol=0.1)
+
+
+@pytest.mark.parametrize("system, prior", [("cartpole", "weak"), ("furuta", "informative")])
+def test_completion_where_rejection_fails(system, prior):
+    # weak prior: the untruncated conditional is almost never consistent; Furuta: part of the
+    # base-parameter space has no consistent body. Base parameters of consistent bodies near
+    # the true one (pseudo-inertias T J T^T, T = 1 + 2 % noise: consistent by construction)
+    # are all completed, consistently (Pinocchio) and with exactly these base parameters; a
+    # beta that no body has is flagged.
+    robot = bn.get_system(system)
+    m = dataclasses.replace(
+        identifiable_model(build_model(f"diffnea/viscous/{prior}", robot), moment_draws=4000),
+        completion_steps=50,
+    )
+    beta = np.asarray(_truth_beta(m))
+    J = _pseudo_inertia_np(np.asarray(robot.nominal.theta, np.float64))  # (n, 4, 4)
+    T = np.eye(4) + 0.02 * np.random.default_rng(1).standard_normal((64, robot.n, 4, 4))
+    bodies = np.asarray(bn.theta_from_pseudo_inertia(T @ J @ np.swapaxes(T, -1, -2)))
+    bodies = bodies.reshape(64, -1)
+    betas = bodies @ m.base.to_base.T
+    betas[0] = beta
+    if system == "furuta":
+        # I_xx of the pendulum (about its joint axis) is the trace of its identified 2 x 2
+        # second-moment block: a negative one leaves no consistent body
+        betas[1, 3] = -abs(beta[3])
+    z = np.stack([_z_of(m, b) for b in betas])
+    comp = m.complete(jax.random.key(0), {BASE_SITE: jnp.asarray(z)})
+    ok = comp["completion_ok"]
+    others = np.arange(64) != 1
+    if system == "furuta":
+        assert not ok[1]
+    # every other beta is a consistent body's; phase 1 misses a few of the thinnest slices
+    assert ok[0] and ok[others].mean() >= 0.9
+    theta = comp["theta"][ok]
+    assert _pinocchio_consistent(theta).all()
+    got = theta.reshape(len(theta), -1) @ m.base.to_base.T
+    np.testing.assert_allclose(got, betas[ok], rtol=1e-9, atol=1e-12 * np.abs(beta).max())
+    assert np.isnan(comp["theta"][~ok]).all() and np.isnan(comp["virtual"][~ok]).all()
+    # rejection from the untruncated conditional: mostly inconsistent here
+    c = m.condition
+    prop = c.mu + c.gain @ (beta - c.beta_mean)
+    prop = prop + np.random.default_rng(2).standard_normal((4000, c.null_factor.shape[1])) @ (
+        c.null_factor.T
+    )
+    rate = np.all(
+        np.linalg.eigvalsh(_pseudo_inertia_np(prop.reshape(-1, robot.n, 10)))[..., 0] > 0, -1
+    )
+    assert rate.mean() < 0.5
+
+
+@pytest.mark.slow  # compiles a Stribeck NUTS run (130 s on the loaded shared machine)
+def test_fit_nuts_auto_metric_follows_the_model():
+    # Stribeck + informative prior: adapted dense metric; the rest: Laplace metric at the init
+    robot = bn.get_system("cartpole")
+    strib = identifiable_model(build_model("diffnea/stribeck/informative", robot), moment_draws=500)
+    assert strib.nuts_metric == "adapt-dense"
+    weak = identifiable_model(build_model("diffnea/stribeck/weak", robot), moment_draws=500)
+    assert weak.nuts_metric == "laplace"
+    q, qd, qdd = bn.sample_states(robot, 7, 20)
+    data = strib.prepare(ModelData(q, qd, qdd, jnp.zeros_like(q)))
+    fit = fit_nuts(
+        dataclasses.replace(strib, completion_steps=2),
+        data,
+        key=0,
+        num_warmup=3,
+        num_samples=2,
+        num_chains=1,
+        init=strib.init_sample(),
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    assert fit.attrs["settings"]["metric"] == "adapt" and fit.attrs["settings"]["dense_mass"]
