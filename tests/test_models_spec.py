@@ -26,7 +26,15 @@ OPTIONS = (
     {"likelihood": "rollout", "horizon": 3},
     {"noise_scale": 0.05},
 )
-FAST_ROUND_TRIP = ("diffnea/stribeck/informative", "nokin-diffnea/viscous/weak", "ffnn")
+# Saved-and-loaded fits (tiny SVI runs): each family, a network, each non-rollout option (the
+# rollout likelihood's fit is saved and loaded in its own test); every variant's rebuild from
+# its spec is tested without a fit.
+FITTED_ROUND_TRIP = (
+    "diffnea/stribeck/informative",  # centered geometry
+    "nokin-diffnea/viscous/weak",  # learned kinematics, fixed noise scale
+    "nea",
+    "ffnn",  # black-box network, Student-t noise
+)
 
 
 def _options(i: int, name: str) -> dict:
@@ -44,6 +52,12 @@ def cartpole():
 @pytest.fixture(scope="module")
 def trajectories():
     return generate_dataset("cartpole", "trajectories", seed=3, duration=1.2)
+
+
+@pytest.fixture(scope="module")
+def short_trajectories():
+    """A few rollout windows are enough to compare two models' densities."""
+    return generate_dataset("cartpole", "trajectories", seed=3, duration=0.1)
 
 
 def test_spec_json_round_trip_is_exact(cartpole):
@@ -91,11 +105,57 @@ def test_capabilities_decide_what_applies(cartpole):
         build_model("ffnn", cartpole, likelihood="inverse")
 
 
-def _round_trip(name, i, robot, dataset, tmp_path):
-    model = build_model(name, robot, dt=1.0 / dataset.rate_hz, **_options(i, name))
+def _same_model(model, rebuilt, draw, dataset):
+    """``rebuilt`` is ``model``: the same spec, bit-identical log joint density and forward
+    dynamics at ``draw`` (one draw, unbatched)."""
+    assert rebuilt is not model and rebuilt.spec == model.spec
+    lp0, _ = log_density(model.model, (model.prepare(dataset),), {}, draw)
+    lp1, _ = log_density(rebuilt.model, (rebuilt.prepare(dataset),), {}, draw)
+    assert np.isfinite(float(lp0)) and float(lp0) == float(lp1)
+    q, qd, _ = bn.sample_states(model.robot, 0, 16)
+    tau = jnp.linspace(-2.0, 2.0, q.size, dtype=q.dtype).reshape(q.shape)
+    a = jax.vmap(model.qdd_fn(draw))(q, qd, tau)
+    b = jax.vmap(rebuilt.qdd_fn(draw))(q, qd, tau)
+    assert np.isfinite(np.asarray(a)).all()
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("name", variant_names())
+def test_every_variant_rebuilds_bit_identically_from_its_spec(name, cartpole, short_trajectories):
+    """What a saved result stores of the model is its spec as JSON: every variant (with one of
+    the non-default options each) rebuilds from that text into a model with the same log
+    density and dynamics, bit for bit, at a prior draw (network weights not at zero)."""
+    i = variant_names().index(name)
+    model = build_model(name, cartpole, dt=1.0 / short_trajectories.rate_hz, **_options(i, name))
+    rebuilt = build(ModelSpec.from_json(model.spec.to_json()))
+    _same_model(model, rebuilt, model.start_sample(jax.random.key(i)), short_trajectories)
+
+
+def _result_round_trip(model, fit, dataset, path):
+    """Save ``fit`` of ``model``, load it: the model it rebuilds has the same log density at the
+    stored draw and the same posterior rollouts, bit for bit."""
+    save_result(fit, path)
+    loaded = load_result(path)
+    for site, value in fit.posterior_samples().items():
+        np.testing.assert_array_equal(loaded.posterior_samples()[site], value)
+    rebuilt = loaded.model()
+    draws = loaded.posterior_samples()
+    _same_model(model, rebuilt, jax.tree.map(lambda x: x[0], draws), dataset)
+    q0 = jnp.array([0.0, 2.0])
+    a = posterior_rollouts(model.qdd_fn, draws, q0, jnp.zeros(2), steps=20)
+    b = posterior_rollouts(rebuilt.qdd_fn, draws, q0, jnp.zeros(2), steps=20)
+    np.testing.assert_array_equal(np.asarray(a.q), np.asarray(b.q))
+
+
+@pytest.mark.parametrize("name", FITTED_ROUND_TRIP)
+def test_fitted_results_round_trip_bit_identically(name, cartpole, trajectories, tmp_path):
+    """A saved SVI result of a representative variant per family (networks included) and
+    option; the rollout likelihood's is in test_rollout_likelihood_is_fittable_by_svi."""
+    i = variant_names().index(name)
+    model = build_model(name, cartpole, dt=1.0 / trajectories.rate_hz, **_options(i, name))
     fit = fit_svi(
         model,
-        dataset,
+        trajectories,
         key=i,
         steps=3,
         chunk_size=3,
@@ -104,32 +164,7 @@ def _round_trip(name, i, robot, dataset, tmp_path):
         log_likelihood=False,
         progress=False,
     )
-    path = tmp_path / f"{i}.nc"
-    save_result(fit, path)
-    loaded = load_result(path)
-    rebuilt = loaded.model()
-    assert rebuilt.spec == model.spec
-    data = model.prepare(dataset)
-    draw = jax.tree.map(lambda x: x[0], loaded.posterior_samples())
-    lp0, _ = log_density(model.model, (data,), {}, draw)
-    lp1, _ = log_density(rebuilt.model, (rebuilt.prepare(dataset),), {}, draw)
-    assert np.isfinite(float(lp0)) and float(lp0) == float(lp1)
-    draws = loaded.posterior_samples()
-    q0 = jnp.array([0.0, 2.0])
-    a = posterior_rollouts(model.qdd_fn, draws, q0, jnp.zeros(2), steps=20)
-    b = posterior_rollouts(rebuilt.qdd_fn, draws, q0, jnp.zeros(2), steps=20)
-    np.testing.assert_array_equal(np.asarray(a.q), np.asarray(b.q))
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        n if n in FAST_ROUND_TRIP else pytest.param(n, marks=pytest.mark.slow)
-        for n in variant_names()
-    ],
-)
-def test_every_variant_round_trips_bit_identically(name, cartpole, trajectories, tmp_path):
-    _round_trip(name, variant_names().index(name), cartpole, trajectories, tmp_path)
+    _result_round_trip(model, fit, trajectories, tmp_path / f"{i}.nc")
 
 
 def test_user_urdf_named_like_a_builtin_keeps_its_own_parameters(cartpole, tmp_path):
@@ -184,10 +219,11 @@ def rollout_model(cartpole, trajectories):
     )
 
 
-def test_rollout_likelihood_is_fittable_by_svi(rollout_model, trajectories, cartpole):
+def test_rollout_likelihood_is_fittable_by_svi(rollout_model, trajectories, cartpole, tmp_path):
     windows = rollout_model.prepare(trajectories)
     assert windows.q.ndim == 3 and windows.q.shape[1] == 5
     svi = fit_svi(rollout_model, trajectories, key=0, steps=200, num_predictive=0, progress=False)
+    _result_round_trip(rollout_model, svi, trajectories, tmp_path / "rollout.nc")
     assert set(svi.idata["log_likelihood"].data_vars) == {"obs_q", "obs_qd"}
     assert svi.idata["log_likelihood"]["obs_q"].shape[2] == windows.q.shape[0]
     with pytest.raises(ValueError, match="sampled at"):
