@@ -18,9 +18,9 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--dataset",
         default=None,
-        help="uniform, trajectories or hardware (built-in systems; default uniform), excitation "
-        "(fully actuated robots: computed-torque tracking of Fourier trajectories; the default "
-        "with --urdf)",
+        help="uniform, trajectories or hardware (built-in systems; default uniform), or "
+        "excitation (with --urdf, the default there: computed-torque tracking of Fourier "
+        "trajectories of a fully actuated robot)",
     )
     parser.add_argument("--seed", type=SEED, default=0, help="integer seed (default 0)")
     parser.add_argument(
@@ -51,16 +51,13 @@ def run(args) -> int:
     from data.io import check_output_path
 
     settings = {} if args.rate is None else {"rate_hz": args.rate}
-    ext = os.path.splitext(args.out)[1].lower()
-    if ext not in (".npz", ".csv"):
-        raise ValueError(f"--out {args.out!r}: write a .npz dataset or a .csv log")
     system = args.system
     if args.urdf is not None or args.lock_joint:
         kinds = ("excitation",)
         settings["robot"] = load_robot(args)
         system = settings["robot"].name
     else:
-        kinds = ("uniform", "trajectories", "hardware", "excitation")
+        kinds = ("uniform", "trajectories", "hardware")
     kind = args.dataset or kinds[0]
     if kind not in kinds:
         raise ValueError(
@@ -68,6 +65,9 @@ def run(args) -> int:
             + (" (a URDF robot is simulated by excitation)" if args.urdf else "")
         )
     check_output_path(args.out, "--out")
+    ext = os.path.splitext(args.out)[1].lower()
+    if ext not in (".npz", ".csv"):
+        raise ValueError(f"--out {args.out!r}: write a .npz dataset or a .csv log")
     start = time.perf_counter()
     dataset = data.generate_dataset(system, kind, seed=args.seed, duration=args.duration, **settings)
     if ext == ".csv":

@@ -203,7 +203,7 @@ def fit_nuts(
         )
     if init is not None and extend is not None:
         raise ValueError("give either init or extend, not both")
-    if metric == "auto" and init is not None and extend is None:
+    if isinstance(metric, str) and metric == "auto" and init is not None and extend is None:
         # a model may name the metric that suits its posterior (models.identifiable: an
         # adapted dense metric where the MAP's curvature misfits non-Gaussian friction sites)
         if getattr(bayes_model, "nuts_metric", "laplace") == "adapt-dense":
