@@ -23,6 +23,15 @@ from bayes_nea.control import computed_torque_pd, swing_up_and_stabilize, wrap_a
 ErrorFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 
 
+def quantiles(x) -> dict | None:
+    """``{"q5", "q50", "q95"}`` of the finite values of ``x`` across draws; None if none is."""
+    x = np.asarray(x, float)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return None
+    return {f"q{int(p * 100)}": float(np.quantile(x, p)) for p in (0.05, 0.5, 0.95)}
+
+
 class Task(NamedTuple):
     """What "working" means for a controller.
 
@@ -77,13 +86,6 @@ class ControllerCheck(NamedTuple):
 
     def summary(self) -> dict:
         """JSON-able summary: success rate and quantiles (5%, 50%, 95%) of the settled draws."""
-
-        def quantiles(x):
-            x = np.asarray(x, float)[np.isfinite(x)]
-            if x.size == 0:
-                return None
-            return {f"q{int(p * 100)}": float(np.quantile(x, p)) for p in (0.05, 0.5, 0.95)}
-
         return {
             "task": self.task,
             "draws": int(self.success.shape[0]),

@@ -15,6 +15,7 @@ from analysis.cells import FIGURE1_START
 from analysis.controllers import (
     check_controller,
     default_controller,
+    quantiles,
     swing_up_task,
     tracking_task,
 )
@@ -28,7 +29,7 @@ from analysis.rollouts import (
     thin_draws,
 )
 from bayes_nea.control import computed_torque_pd, joint_impedance, rigid_body_inverse
-from inference import load_result
+from inference import FitResult, load_result
 
 
 def _check_draws_and_seconds(max_draws, seconds) -> None:
@@ -222,7 +223,7 @@ def posterior_mean_sample(samples: dict) -> dict:
 
 
 def check_tracking_result(
-    result_path: str | os.PathLike,
+    result: str | os.PathLike | FitResult,
     reference,
     seconds: float,
     *,
@@ -242,6 +243,7 @@ def check_tracking_result(
     the plant (its forward dynamics ``qdd_fn``, actuator included), started on the reference.
 
     Args:
+        result: a stored fit (netCDF path) or the ``FitResult`` loaded from it.
         reference: ``t -> (q_r, qd_r, qdd_r)`` (n,) each, jittable, e.g.
             :func:`data.excitation.robot_excitation` or :func:`data.importing.read_reference`.
         seconds: closed-loop duration (s).
@@ -264,7 +266,8 @@ def check_tracking_result(
         raise ValueError(f"unknown controller {controller!r}; valid: {list(TRACKING_CONTROLLERS)}")
     if feedforward not in FEEDFORWARDS:
         raise ValueError(f"unknown feed-forward {feedforward!r}; valid: {list(FEEDFORWARDS)}")
-    result = load_result(result_path)
+    if not isinstance(result, FitResult):
+        result = load_result(result)
     bm = result.model()
     robot = bm.robot
     if not all(robot.actuated):
@@ -313,12 +316,6 @@ def check_tracking_result(
     with np.errstate(invalid="ignore", over="ignore"):
         rmse = np.sqrt(np.mean((np.asarray(traj.q) - q_ref[None]) ** 2, axis=1))  # (D, n)
         effort = np.abs(np.asarray(traj.tau)).max(axis=1)  # (D, n)
-
-    def quantiles(x):
-        x = x[np.isfinite(x)]
-        if x.size == 0:
-            return None
-        return {f"q{int(p * 100)}": float(np.quantile(x, p)) for p in (0.05, 0.5, 0.95)}
 
     summary = {
         "controller": controller,

@@ -119,7 +119,8 @@ def run(args) -> int:
             )
         if args.data is not None or args.respect_limits:
             raise ValueError("--data and --respect-limits belong to the swing-up check")
-        robot = load_result(args.result).robot()
+        result = load_result(args.result)  # read once: the reference needs its robot
+        robot = result.robot()
         if args.trajectory is not None:
             reference = read_reference(args.trajectory, robot)
             seconds = args.seconds or reference.duration
@@ -127,7 +128,7 @@ def run(args) -> int:
             reference = robot_excitation(robot, seed=args.seed)
             seconds = args.seconds or args.excitation
         summary = check_tracking_result(
-            args.result,
+            result,
             reference,
             seconds,
             controller=controller,
