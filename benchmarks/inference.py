@@ -214,7 +214,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument(
         "--metric",
-        choices=("laplace", "adapt"),
+        choices=("laplace", "adapt", "laplace-adapt"),
         default=None,
         help="default: laplace; identifiable: the model's nuts_metric (fit_nuts 'auto')",
     )

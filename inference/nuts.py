@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from numpyro.infer import MCMC, NUTS
+from jax.flatten_util import ravel_pytree
 from numpyro.infer.initialization import init_to_mean
-from numpyro.infer.util import unconstrain_fn
+from numpyro.infer.util import potential_energy, unconstrain_fn
 
 from inference._common import (
     base_attrs,
@@ -32,6 +33,7 @@ from inference.laplace import laplace_inverse_mass
 from inference.result import FitResult, build_idata, trace_sites
 
 EXTRA_FIELDS = ("num_steps", "energy", "accept_prob", "adapt_state.step_size", "potential_energy")
+METRICS = ("auto", "adapt", "laplace", "laplace-adapt")
 
 
 def _sample_stats(extra: dict, max_tree_depth: int) -> dict[str, np.ndarray]:
@@ -84,12 +86,10 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
             metric = "adapt" if init is None else "laplace"
         if metric == "adapt":
             return None, "adapt"
-        if metric != "laplace":
-            raise ValueError(
-                f"unknown metric {metric!r}; valid: 'auto', 'adapt', 'laplace' or an array"
-            )
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; valid: {list(METRICS)} or an array")
         if init is None:
-            raise ValueError('metric="laplace" needs init (e.g. an SVI fit) to expand around')
+            raise ValueError(f"metric={metric!r} needs init (e.g. an SVI fit) to expand around")
         if isinstance(init, FitResult):
             point = point_values(init, latent)
         else:
@@ -103,7 +103,7 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
                 stacklevel=3,
             )
             return None, "adapt"
-        return jnp.asarray(inverse_mass), "laplace"
+        return jnp.asarray(inverse_mass), metric
     inverse_mass = np.asarray(metric)
     size = sum(int(np.prod(np.shape(v))) for v in latent.values())
     if inverse_mass.shape not in ((size,), (size, size)):
@@ -121,6 +121,67 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
         if np.linalg.eigvalsh(inverse_mass).min() <= 0:
             raise ValueError("metric: the inverse mass matrix is not positive definite")
     return jnp.asarray(inverse_mass), "given"
+
+
+def _whitened_warmup(
+    bayes_model,
+    data,
+    inverse_mass,
+    init_params,
+    key,
+    *,
+    num_warmup: int,
+    num_chains: int,
+    chain_method: str,
+    target_accept: float,
+    max_tree_depth: int,
+    progress: bool,
+):
+    """Stan's windowed adaptation of a dense metric in coordinates whitened by ``inverse_mass``.
+
+    ``z = z_0 + L u`` with ``L L^T = inverse_mass`` (the Laplace covariance at the start), ``z``
+    the unconstrained latent sites flattened in NumPyro's order and ``z_0`` the first chain's
+    start. In ``u`` every direction has a posterior scale near 1, so the adaptation's
+    regularisation towards ``1e-3 I`` (Stan; NumPyro's ``regularize_mass_matrix``) no longer
+    inflates the variance of tightly identified sites (base parameters with sd ~1e-4 in the
+    prior-whitened coordinates), and the adapted metric fits the skew of weakly identified ones
+    that the Laplace metric misses.
+
+    Returns:
+        (the chains' adapted inverse mass matrices mapped back to ``z`` and averaged, (d, d);
+        the chains' end points, unconstrained, with the structure of ``init_params``).
+    """
+    chains = init_params if num_chains > 1 else jax.tree.map(lambda x: x[None], init_params)
+    z0, unravel = ravel_pytree(jax.tree.map(lambda x: x[0], chains))
+    flat = jax.vmap(lambda p: ravel_pytree(p)[0])(chains)  # (C, d)
+    L = jnp.linalg.cholesky(jnp.asarray(inverse_mass, z0.dtype))
+    u0 = jax.scipy.linalg.solve_triangular(L, (flat - z0).T, lower=True).T
+
+    def potential(u):
+        return potential_energy(bayes_model.model, (data,), {}, unravel(z0 + L @ u))
+
+    kernel = NUTS(
+        potential_fn=potential,
+        dense_mass=True,
+        target_accept_prob=target_accept,
+        max_tree_depth=max_tree_depth,
+    )
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=1,
+        num_chains=num_chains,
+        chain_method=chain_method,
+        progress_bar=progress,
+    )
+    mcmc.warmup(key, init_params=u0 if num_chains > 1 else u0[0])
+    state = mcmc.post_warmup_state
+    metric_u = jnp.reshape(state.adapt_state.inverse_mass_matrix, (-1, *L.shape)).mean(0)
+    metric_z = L @ metric_u @ L.T
+    ends = jax.vmap(lambda u: unravel(z0 + L @ u))(jnp.reshape(state.z, (-1, z0.size)))
+    if num_chains == 1:
+        ends = jax.tree.map(lambda x: x[0], ends)
+    return 0.5 * (metric_z + metric_z.T), ends
 
 
 def fit_nuts(
@@ -159,18 +220,21 @@ def fit_nuts(
             stored last state (adapted step size and mass matrix, no new warm-up) for
             ``num_samples`` more draws each, and return all draws (earlier ones first).
         dense_mass: adapt a dense (True) or diagonal (False) mass matrix (``metric="adapt"``).
-        metric: the inverse mass matrix. ``"auto"`` (default): ``"laplace"`` when ``init`` is
-            given (or an adapted dense metric where the model's ``nuts_metric`` says
-            ``"adapt-dense"``), else ``"adapt"``. ``"adapt"``: adapted during warm-up (Stan's windows).
+        metric: the inverse mass matrix. ``"auto"`` (default): the model's ``nuts_metric``
+            (``"laplace"`` when it names none) when ``init`` is given, else ``"adapt"``.
+            ``"adapt"``: adapted during warm-up from the identity (Stan's windows).
             ``"laplace"``: fixed, the inverse Hessian of the negative log joint at ``init``'s
             posterior mean (:func:`inference.laplace.laplace_inverse_mass`); needs ``init``
-            (an SVI MAP is the intended start; docs/measurements.md has what it measured); falls
-            back to an adapted dense metric, with a warning, when the Hessian is not finite. An array: that fixed inverse mass matrix, (d,) diagonal or (d, d) dense,
-            over the latent sites flattened in NumPyro's order (sorted site names). With a fixed
-            metric only the step size is adapted. The Laplace metric costs d Hessian-vector
-            products (d latent values) before sampling. Where the posterior ridge is curved no
-            fixed metric fits it (weak priors, long datasets); try ``metric="adapt",
-            dense_mass=True`` with a long warm-up there.
+            (a MAP is the intended start); falls back to an adapted dense metric, with a
+            warning, when the Hessian is not finite. ``"laplace-adapt"``: a dense metric adapted
+            during warm-up (Stan's windows) in coordinates whitened by the Laplace metric, then
+            fixed (averaged over chains) for a step-size-only warm-up (the last fifth, at most
+            100 steps) and the draws: for posteriors with skewed, weakly identified directions
+            whose spread the MAP's curvature misses (docs/inference-geometry.md). An array: that
+            fixed inverse mass matrix, (d,) diagonal or (d, d) dense, over the latent sites
+            flattened in NumPyro's order (sorted site names). With a fixed metric only the step
+            size is adapted. The Laplace metrics cost d Hessian-vector products (d latent values)
+            before sampling.
         target_accept: target acceptance probability of the step-size adaptation, in (0, 1).
         max_tree_depth: maximum tree depth (at most ``2^depth - 1`` leapfrog steps per draw).
         chain_method: ``"parallel"`` or ``"sequential"``; default parallel when there are enough
@@ -204,10 +268,10 @@ def fit_nuts(
     if init is not None and extend is not None:
         raise ValueError("give either init or extend, not both")
     if isinstance(metric, str) and metric == "auto" and init is not None and extend is None:
-        # a model may name the metric that suits its posterior (models.identifiable: an
-        # adapted dense metric where the MAP's curvature misfits non-Gaussian friction sites)
-        if getattr(bayes_model, "nuts_metric", "laplace") == "adapt-dense":
-            metric, dense_mass = "adapt", True
+        # a model may name the metric that suits its posterior (models.identifiable: a dense
+        # metric adapted from the Laplace one where the MAP's curvature misfits skewed friction
+        # sites)
+        metric = getattr(bayes_model, "nuts_metric", "laplace")
     key, seed = raw_key(key)
     k_run, k_pred = jax.random.split(key)
     latent, _ = trace_sites(bayes_model, data)
@@ -248,6 +312,26 @@ def fit_nuts(
         # vanishing gradients there; each chain starts at its own prior draw
         k_start, k_run = jax.random.split(k_run)
         init_params = _initial_params(bayes_model, data, k_start, latent, num_chains)
+    run_warmup = num_warmup
+    t0 = time.perf_counter()
+    if metric_name == "laplace-adapt" and num_warmup > 0:
+        # the metric is adapted in Laplace-whitened coordinates; the sampler below then runs
+        # with it fixed, after a short step-size-only warm-up of its own
+        run_warmup = min(100, num_warmup // 5)
+        k_warm, k_run = jax.random.split(k_run)
+        fixed_metric, init_params = _whitened_warmup(
+            bayes_model,
+            data,
+            fixed_metric,
+            init_params,
+            k_warm,
+            num_warmup=num_warmup - run_warmup,
+            num_chains=num_chains,
+            chain_method=chain_method,
+            target_accept=settings["target_accept"],
+            max_tree_depth=settings["max_tree_depth"],
+            progress=progress,
+        )
     metric_options = {}
     if fixed_metric is not None:
         metric_options = dict(inverse_mass_matrix=fixed_metric, adapt_mass_matrix=False)
@@ -261,7 +345,7 @@ def fit_nuts(
     )
     mcmc = MCMC(
         kernel,
-        num_warmup=0 if previous is not None else num_warmup,
+        num_warmup=0 if previous is not None else run_warmup,
         num_samples=num_samples,
         num_chains=num_chains,
         chain_method=chain_method,
@@ -275,7 +359,6 @@ def fit_nuts(
         run_key = state.rng_key
     else:
         run_key = k_run
-    t0 = time.perf_counter()
     mcmc.run(run_key, data, extra_fields=EXTRA_FIELDS, init_params=init_params)
     samples = mcmc.get_samples(group_by_chain=True)
     jax.block_until_ready(samples)

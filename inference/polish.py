@@ -79,7 +79,10 @@ def polish_map(
             SVI MAP).
         max_iter: most Newton steps.
         gtol: tolerance on the Newton decrement (the energy is within ``gtol^2 / 2`` of the
-            quadratic model's minimum).
+            quadratic model's minimum). It is raised to the energy's floating-point resolution,
+            ``sqrt(200 eps |energy|)``, where no step can be told from roundoff (5,000 Furuta
+            samples in float64: 2.6e-5, i.e. the point is within 3e-5 posterior standard
+            deviations of the mode).
         batch_size: Hessian columns computed at once.
 
     Returns:
@@ -110,6 +113,11 @@ def polish_map(
     e, g = float(e), np.asarray(g, np.float64)
     if not np.isfinite(e):
         raise ValueError("the log joint is not finite at the starting point")
+    eps = float(jnp.finfo(dtype).eps)
+
+    def tolerance(energy_value):
+        return max(gtol, float(np.sqrt(200.0 * eps * max(abs(energy_value), 1.0))))
+
     iterations = 0
     decrement = np.inf
     while iterations < max_iter:
@@ -119,7 +127,7 @@ def polish_map(
         w, V = np.linalg.eigh(H)
         if w[0] > 0:
             decrement = float(np.sqrt(g @ (V @ ((V.T @ g) / w))))
-            if decrement <= gtol:
+            if decrement <= tolerance(e):
                 break
         scale = max(np.abs(w).max(), 1e-300)
         accepted = False
@@ -141,17 +149,18 @@ def polish_map(
     w = np.linalg.eigvalsh(0.5 * (H + H.T))
     pd = bool(w[0] > 0)
     decrement = float(np.sqrt(max(g @ np.linalg.solve(H, g), 0.0))) if pd else float("inf")
-    converged = pd and decrement <= gtol
+    tol = tolerance(e)
+    converged = pd and decrement <= tol
     grad_norm = float(np.linalg.norm(g))
     if converged:
         message = (
-            f"MAP: Newton decrement {decrement:.2e} <= {gtol:g}, gradient norm {grad_norm:.2e}, "
+            f"MAP: Newton decrement {decrement:.2e} <= {tol:.3g}, gradient norm {grad_norm:.2e}, "
             f"Hessian positive definite (eigenvalues {w[0]:.3g} .. {w[-1]:.3g}) after "
             f"{iterations} steps"
         )
     else:
         message = (
-            f"not a MAP: Newton decrement {decrement:.2e} (tolerance {gtol:g}), gradient norm "
+            f"not a MAP: Newton decrement {decrement:.2e} (tolerance {tol:.3g}), gradient norm "
             f"{grad_norm:.2e}, Hessian eigenvalues {w[0]:.3g} .. {w[-1]:.3g} after {iterations} "
             "steps"
         )

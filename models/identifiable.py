@@ -315,13 +315,11 @@ class IdentifiableModel:
     @property
     def nuts_metric(self) -> str:
         """The metric ``inference.fit_nuts(metric="auto", init=MAP)`` uses: ``"laplace"``, or
-        ``"adapt-dense"`` for Stribeck friction with the informative prior, whose weakly
-        identified Coulomb / Stribeck coefficients are skewed so that the MAP's inverse Hessian
-        underestimates their spread. With the weak prior the adapted metric was much worse
-        (docs/inference-geometry.md has both measurements), so it keeps the Laplace metric."""
-        spec = self.source.spec
-        stribeck = spec.actuator == "stribeck" and spec.prior == "informative"
-        return "adapt-dense" if stribeck else "laplace"
+        ``"laplace-adapt"`` (a dense metric adapted in Laplace-whitened coordinates) for
+        Stribeck friction, whose weakly identified Coulomb / Stribeck coefficients are skewed
+        so that the MAP's inverse Hessian underestimates their spread
+        (docs/inference-geometry.md has the measurements)."""
+        return "laplace-adapt" if self.source.spec.actuator == "stribeck" else "laplace"
 
     @property
     def energy_class(self) -> str:

@@ -169,7 +169,9 @@ def test_newton_map_is_the_closed_form_posterior_mode():
 
 
 @pytest.mark.slow
-def test_nuts_matches_closed_form_linear_gaussian_posterior():
+@pytest.mark.parametrize("metric", ["laplace", "laplace-adapt"])
+def test_nuts_matches_closed_form_linear_gaussian_posterior(metric):
+    # laplace-adapt: adapted in Laplace-whitened coordinates and mapped back (inference.nuts)
     model, data, mean, cov = _linear_problem()
     point, _ = polish_map(model, data, model.init_sample())
     fit = fit_nuts(
@@ -180,11 +182,12 @@ def test_nuts_matches_closed_form_linear_gaussian_posterior():
         num_samples=1000,
         num_chains=1,
         init=point,
-        metric="laplace",
+        metric=metric,
         progress=False,
         num_predictive=0,
         log_likelihood=False,
     )
+    assert fit.attrs["settings"]["metric"] == metric
     beta = np.asarray(fit.idata["posterior"]["base_parameters"].values).reshape(-1, mean.size)
     sd = np.sqrt(np.diag(cov))
     # MCSE of the mean with ESS >= 300 draws: sd / sqrt(300); 5 MCSE
@@ -379,12 +382,14 @@ def test_completion_where_rejection_fails(system, prior):
 
 @pytest.mark.slow  # compiles a Stribeck NUTS run (130 s on the loaded shared machine)
 def test_fit_nuts_auto_metric_follows_the_model():
-    # Stribeck + informative prior: adapted dense metric; the rest: Laplace metric at the init
+    # Stribeck: dense metric adapted in Laplace-whitened coordinates; the rest: Laplace metric
     robot = bn.get_system("cartpole")
     strib = identifiable_model(build_model("diffnea/stribeck/informative", robot), moment_draws=500)
-    assert strib.nuts_metric == "adapt-dense"
+    assert strib.nuts_metric == "laplace-adapt"
     weak = identifiable_model(build_model("diffnea/stribeck/weak", robot), moment_draws=500)
-    assert weak.nuts_metric == "laplace"
+    assert weak.nuts_metric == "laplace-adapt"
+    viscous = identifiable_model(build_model("diffnea/viscous/weak", robot), moment_draws=500)
+    assert viscous.nuts_metric == "laplace"
     q, qd, qdd = bn.sample_states(robot, 7, 20)
     data = strib.prepare(ModelData(q, qd, qdd, jnp.zeros_like(q)))
     fit = fit_nuts(
@@ -399,4 +404,4 @@ def test_fit_nuts_auto_metric_follows_the_model():
         num_predictive=0,
         log_likelihood=False,
     )
-    assert fit.attrs["settings"]["metric"] == "adapt" and fit.attrs["settings"]["dense_mass"]
+    assert fit.attrs["settings"]["metric"] == "laplace-adapt" and fit.attrs["settings"]["dense_mass"]
