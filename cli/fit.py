@@ -45,10 +45,11 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--metric",
-        choices=("auto", "adapt", "laplace"),
+        choices=("auto", "adapt", "laplace", "laplace-adapt"),
         default="auto",
-        help="NUTS inverse mass matrix: adapted in warm-up, or the fixed Laplace metric at --init "
-        "(auto, the default: laplace with --init, else adapt)",
+        help="NUTS inverse mass matrix: adapted in warm-up, the fixed Laplace metric at --init, or "
+        "a dense metric adapted from it (auto, the default: the model's choice with --init, "
+        "else adapt)",
     )
     parser.add_argument(
         "--target-accept", type=real(0.0, 1.0, open_low=True), default=0.8, help="in (0, 1)"
@@ -62,6 +63,21 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--float32", action="store_true", help="run in float32 (BAYES_NEA_X64=0)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def completion_warning(posterior) -> str | None:
+    """A warning when some draws of an identifiable-geometry fit have no consistent body."""
+    if "completion_ok" not in posterior:
+        return None
+    missed = 1.0 - float(posterior["completion_ok"].values.mean())
+    if missed <= 0:
+        return None
+    return (
+        f"warning: for {missed:.0%} of the draws no physically consistent body has their base "
+        "parameters (theta and virtual are NaN there; completion_margin < 0 says by how much): "
+        "the friction or noise model may not fit the data (try a richer --variant, e.g. "
+        "diffnea/stribeck/...)"
+    )
 
 
 def run(args) -> int:
@@ -144,6 +160,9 @@ def run(args) -> int:
             f"R-hat max {d['rhat_max']:.4f}, ESS bulk min {d['ess_bulk_min']:.0f}, "
             f"divergences {d['divergences']}, max tree depth hits {d['max_tree_depth_hits']}"
         )
+    warning = completion_warning(result.idata["posterior"])
+    if warning:
+        print(warning, file=sys.stderr)
     save_result(result, args.out)
     print(shorten_index(result.summary()).to_string())
     print(f"saved {result.method} fit of {result.variant!r} on {result.system!r} to {args.out}")

@@ -16,8 +16,8 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
-from numpyro.infer import MCMC, NUTS
 from jax.flatten_util import ravel_pytree
+from numpyro.infer import MCMC, NUTS
 from numpyro.infer.initialization import init_to_mean
 from numpyro.infer.util import potential_energy, unconstrain_fn
 

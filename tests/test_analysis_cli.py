@@ -5,7 +5,9 @@ import json
 
 import numpy as np
 import pytest
+import xarray as xr
 
+from cli.fit import completion_warning
 from cli.main import main
 
 pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
@@ -128,3 +130,13 @@ def _is_number(word):
     except ValueError:
         return False
     return True
+
+
+def test_fit_warns_when_draws_have_no_consistent_body():
+    # identifiable geometry: draws whose base parameters no consistent body has are flagged
+    ok = np.array([[True, False, False, True]])
+    post = xr.Dataset({"completion_ok": (("chain", "draw"), ok)})
+    message = completion_warning(post)
+    assert message is not None and "50%" in message and "consistent body" in message
+    assert completion_warning(xr.Dataset({"completion_ok": (("chain", "draw"), ok | True)})) is None
+    assert completion_warning(xr.Dataset({"x": (("chain",), np.zeros(2))})) is None
