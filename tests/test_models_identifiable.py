@@ -16,7 +16,7 @@ import pytest
 
 import bayes_nea as bn
 from inference import fit_nuts
-from inference.polish import polish_map
+from inference.polish import polish_map, polish_map_batched
 from models import ModelData, build_model
 from models.identifiable import (
     BASE_SITE,
@@ -166,6 +166,20 @@ def test_newton_map_is_the_closed_form_posterior_mode():
     assert report.min_eigenvalue > 0
     beta = np.asarray(model.condition.beta(point[BASE_SITE]))
     np.testing.assert_allclose(beta, mean, atol=1e-6 * np.sqrt(np.diag(cov)).max() + 1e-12)
+
+
+def test_batched_newton_map_reaches_the_closed_form_mode_from_each_start():
+    # two replicates of the same problem from different starts: each its own damping and stop
+    model, data, mean, cov = _linear_problem()
+    prepared = model.prepare(data)
+    stacked = jax.tree.map(lambda x: jnp.stack([x, x]), prepared)
+    start = model.init_sample()
+    starts = {k: jnp.stack([v, v + 0.7]) for k, v in start.items()}
+    points, reports = polish_map_batched(model, stacked, starts)
+    assert all(r.converged for r in reports), [r.message for r in reports]
+    for r in range(2):
+        beta = np.asarray(model.condition.beta(points[BASE_SITE][r]))
+        np.testing.assert_allclose(beta, mean, atol=1e-6 * np.sqrt(np.diag(cov)).max() + 1e-12)
 
 
 @pytest.mark.slow
