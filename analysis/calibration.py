@@ -193,6 +193,7 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
                 "replicate": batch * R + r,
                 "quantities": quantities,
                 "truth_completion_margin": float(completion["completion_margin"][r]),
+                "map_converged": bool(map_ok[r]),
             }
         )
     return {
@@ -245,7 +246,7 @@ def run_calibration(
     ``settings.batch_size``), one dask task per batch.
 
     Records go to ``out_dir/batches/<id>.json``; finished ones with the same settings are kept,
-    except batches whose MAP did not converge (fitted again: their ranks are not counted).
+    except batches of the earlier joint Newton MAP that did not converge (fitted again).
     Returns the finished batch records of the requested grid.
     """
     # dask is imported here on purpose: only the sweep itself needs it
@@ -268,7 +269,11 @@ def run_calibration(
             record
             and record["status"] == "ok"
             and record["settings"] == settings_dict
-            and record["metrics"].get("map_converged", True)  # else fitted again
+            # batches of the joint Newton that did not converge are fitted again
+            and (
+                record["metrics"].get("map_converged", True)
+                or "map_converged_replicates" in record["metrics"]
+            )
         ):
             records[cell] = record
         else:
@@ -333,14 +338,21 @@ def load_records(out_dir) -> list[dict]:
 
 
 def _replicates(records: list[dict]) -> dict[tuple, list[dict]]:
-    """Batch records flattened to ``{(system, variant): [replicate, ...]}`` (each with ``ranks``);
-    batches whose MAP did not converge (NUTS then started from a non-stationary point with a
-    floored metric) are left out."""
+    """Batch records flattened to ``{(system, variant): [replicate, ...]}`` (each with ``ranks``).
+
+    Replicates whose Newton MAP did not converge (NUTS then started from a non-stationary point
+    with a floored metric) are left out; in records without per-replicate flags, the whole
+    batch. The choice depends on the data only, never on the truth, so the ranks of the kept
+    replicates stay uniform under a correct posterior (given the data, the truth is a draw
+    from it).
+    """
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        if not r["metrics"].get("map_converged", True):
-            continue
-        for rep in r["metrics"]["replicates"]:
+        metrics = r["metrics"]
+        batch_ok = metrics.get("map_converged", True)
+        for rep in metrics["replicates"]:
+            if not rep.get("map_converged", batch_ok):
+                continue
             groups.setdefault((r["system"], r["variant"]), []).append(
                 dict(rep, ranks=r["settings"]["ranks"])
             )

@@ -17,6 +17,7 @@ draws with a physically consistent completion.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -24,11 +25,16 @@ import sysconfig
 import time
 from pathlib import Path
 
-import arviz as az
-import numpy as np
-import pinocchio as pin
+# benchmarks/inference.py would shadow the inference package: run from the repository root
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
 
-from inference import load_result
+import arviz as az  # noqa: E402
+import numpy as np  # noqa: E402
+import pinocchio as pin  # noqa: E402
+
+from inference import load_result  # noqa: E402
 
 RATE_HZ = 250.0
 VISCOUS, COULOMB, STICTION, STRIBECK_VELOCITY = 0.1, 0.3, 0.2, 0.05
@@ -106,7 +112,7 @@ def wrong_urdf(path: Path) -> None:
 
 def run(cmd: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=os.path.dirname(_HERE))
     return time.perf_counter() - t0
 
 

@@ -66,6 +66,10 @@ def test_summary_statistics_match_scipy():
     assert rows["a"]["cover50"] == 0.5 and rows["a"]["cover90"] == 0.9
     assert rows["a"]["uniform"]
     assert not rows["b"]["uniform"]  # all ranks 0: chi-square p ~ 0
+    # per-replicate flags: only the replicates whose own MAP failed are left out
+    flagged = [dict(rep, map_converged=i % 4 != 0) for i, rep in enumerate(reps)]
+    partial = dict(record, metrics={"replicates": flagged, "map_converged": False})
+    assert summarise([partial])[0]["replicates"] == 30
     with pytest.raises(ValueError, match="replicates"):
         from analysis.calibration import run_calibration
 
