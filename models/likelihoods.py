@@ -30,6 +30,13 @@ enter as ``numpyro.factor("obs_tau", ...)``; the per-sample form gives the point
 log-likelihood of the same fit. Measured gradient costs: ``docs/measurements.md``.
 NEA's Gaussian prior makes its posterior Gaussian given the noise: :func:`nea_posterior`.
 
+**Compiled once.** Each likelihood's expensive part (the predictions; the sufficient-statistics
+form) runs through one ``jax.jit`` of the model, the draw and the data (:func:`predictions`).
+NumPyro runs a model outside ``jit`` while it sets inference up (tracing the sites, a valid
+start and its gradient); without it every operation there compiled a program of its own, and
+a rollout's RK4 window scan was compiled again on every such run. Under an outer trace (SVI
+steps, NUTS) the nested ``jit`` is inlined, so values and gradients are those of the plain code.
+
 **Likelihoods are components.** Each owns its data form and its checks:
 :meth:`Likelihood.observations` turns a ``data.Dataset`` or arrays into validated
 :class:`ModelData` in its layout, :meth:`Likelihood.prepare` into what the model is conditioned
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from typing import ClassVar, NamedTuple
 
 import jax
@@ -334,18 +342,28 @@ class Likelihood(abc.ABC):
 
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def predictions(likelihood: Likelihood, model, sample: dict, batch):
+    """``likelihood.predict(model, sample, batch)`` under one ``jax.jit`` (module docstring).
+
+    Compiled once per likelihood, model (by identity) and array shapes; ``sample`` and
+    ``batch`` are traced. Inside an outer ``jit`` or ``grad`` it is inlined.
+    """
+    return likelihood.predict(model, sample, batch)
+
+
 class _PerSample(Likelihood):
     """A likelihood with one observation per sample: ``obs_<key> ~ noise(predict(batch))``."""
 
     @abc.abstractmethod
     def predict(self, model, sample: dict, batch: ModelData) -> Array:
-        """Predictions (N, n) of the observed signal for a batch."""
+        """Predictions (N, n) of the observed signal for a batch (pure; jittable)."""
 
     def observe(self, model, sample, data, subsample_size):
         with numpyro.plate("data", data.q.shape[0], subsample_size=subsample_size) as idx:
             batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
             key = self.noise_keys[0]
-            noise = model.noise_dist(self.predict(model, sample, batch), sample, key, 1)
+            noise = model.noise_dist(predictions(self, model, sample, batch), sample, key, 1)
             numpyro.sample(f"obs_{key}", noise, obs=getattr(batch, key))
 
 
@@ -392,10 +410,17 @@ class LinearInverse(Inverse):
             return super().observe(model, sample, data, subsample_size)
         if subsample_size is not None:
             raise ValueError("subsample_size does not apply to LinearStats (already summed)")
-        dtype = jnp.result_type(data.A)
+        numpyro.factor("obs_tau", predictions(self, model, sample, data))
+
+    def predict(self, model, sample, batch):
+        """On :class:`LinearStats`: the log-likelihood of all samples (:func:`linear_log_likelihood`);
+        on ``ModelData``: the per-sample efforts (N, n) of :class:`Inverse`."""
+        if not isinstance(batch, LinearStats):
+            return super().predict(model, sample, batch)
+        dtype = jnp.result_type(batch.A)
         w = model.linear_weights(sample).astype(dtype)
         sigma = model.noise_sigma(sample, "tau", dtype)
-        numpyro.factor("obs_tau", linear_log_likelihood(data, w, sigma))
+        return linear_log_likelihood(batch, w, sigma)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -433,16 +458,20 @@ class Rollout(Likelihood):
             return rollout_windows(traj, self.horizon)
         return check_data(data, n=robot.n, ndim=3, what=what)
 
-    def observe(self, model, sample, data, subsample_size):
+    def predict(self, model, sample, batch):
+        """Predicted positions and velocities (W, H, n) each after each window's first state."""
         f = model.qdd_fn(sample)
 
         def window(q, qd, tau):
             traj = bn.integrate(f, q[0], qd[0], tau[:-1], dt=self.dt)
             return traj.q[1:], traj.qd[1:]
 
+        return jax.vmap(window)(batch.q, batch.qd, batch.tau)
+
+    def observe(self, model, sample, data, subsample_size):
         with numpyro.plate("data", data.q.shape[0], subsample_size=subsample_size) as idx:
             batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
-            q_pred, qd_pred = jax.vmap(window)(batch.q, batch.qd, batch.tau)
+            q_pred, qd_pred = predictions(self, model, sample, batch)
             numpyro.sample("obs_q", model.noise_dist(q_pred, sample, "q", 2), obs=batch.q[:, 1:])
             numpyro.sample(
                 "obs_qd", model.noise_dist(qd_pred, sample, "qd", 2), obs=batch.qd[:, 1:]

@@ -122,3 +122,32 @@ def test_float32_log_density(name, furuta, data):
     assert density.dtype == jnp.float32 and np.isfinite(float(density))
     qdd = model.qdd_fn(sample)(data32.q[0], data32.qd[0], data32.tau[0])
     assert qdd.dtype == jnp.float32
+
+
+
+
+@pytest.mark.parametrize(
+    "name, likelihood", [("diffnea/stribeck/weak", "forward"), ("diffnea/viscous/weak", "inverse")]
+)
+def test_compiled_likelihood_equals_the_plain_code(name, likelihood, furuta, data):
+    """The likelihoods evaluate their predictions (or sufficient statistics, the second case)
+    through one ``jax.jit`` (``models.likelihoods.predictions``); the log density equals that of
+    the same code run without any ``jit`` (``jax.disable_jit``), both eagerly (as NumPyro's setup
+    runs it) and inside an outer ``jit`` (as SVI and NUTS run it), and so does the gradient. The
+    rollout likelihood's compiled predictions are checked against RK4 in
+    test_rollout_windows_reproduce_rk4."""
+    model = build_model(name, furuta, likelihood=likelihood)
+    prepared = model.prepare(data)
+    sample = model.start_sample(jax.random.key(3))
+
+    def potential(z):
+        return -log_density(model.model, (prepared,), {}, z)[0]
+
+    with jax.disable_jit():
+        plain, plain_grad = float(potential(sample)), jax.grad(potential)(sample)
+    assert np.isfinite(plain)
+    eager, jitted = float(potential(sample)), float(jax.jit(potential)(sample))
+    np.testing.assert_allclose([eager, jitted], plain, rtol=1e-12, atol=0)
+    grad = jax.jit(jax.grad(potential))(sample)
+    for site, value in plain_grad.items():
+        np.testing.assert_allclose(grad[site], value, rtol=1e-10, atol=1e-12 * np.abs(value).max())
