@@ -30,12 +30,14 @@ enter as ``numpyro.factor("obs_tau", ...)``; the per-sample form gives the point
 log-likelihood of the same fit. Measured gradient costs: ``docs/measurements.md``.
 NEA's Gaussian prior makes its posterior Gaussian given the noise: :func:`nea_posterior`.
 
-**Compiled once.** Each likelihood's expensive part (the predictions; the sufficient-statistics
-form) runs through one ``jax.jit`` of the model, the draw and the data (:func:`predictions`).
-NumPyro runs a model outside ``jit`` while it sets inference up (tracing the sites, a valid
-start and its gradient); without it every operation there compiled a program of its own, and
-a rollout's RK4 window scan was compiled again on every such run. Under an outer trace (SVI
-steps, NUTS) the nested ``jit`` is inlined, so values and gradients are those of the plain code.
+**Rollout windows compiled once.** The rollout likelihood's predictions (an RK4 ``lax.scan``
+over every window) run through one ``jax.jit`` of the model, the draw and the windows
+(:func:`predictions`). NumPyro runs a model outside ``jit`` while it sets inference up (tracing
+the sites, a valid start and its gradient), and there a ``lax.scan`` is compiled anew on every
+run. Under an outer trace (SVI steps, NUTS) the nested ``jit`` is inlined, so values and
+gradients are those of the plain code. The per-sample likelihoods stay eager there: their
+operations compile once per shape and are shared by every model of a robot, where a ``jit``
+would compile once per model.
 
 **Likelihoods are components.** Each owns its data form and its checks:
 :meth:`Likelihood.observations` turns a ``data.Dataset`` or arrays into validated
@@ -344,7 +346,8 @@ class Likelihood(abc.ABC):
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def predictions(likelihood: Likelihood, model, sample: dict, batch):
-    """``likelihood.predict(model, sample, batch)`` under one ``jax.jit`` (module docstring).
+    """``likelihood.predict(model, sample, batch)`` under one ``jax.jit`` (module docstring,
+    "Rollout windows compiled once").
 
     Compiled once per likelihood, model (by identity) and array shapes; ``sample`` and
     ``batch`` are traced. Inside an outer ``jit`` or ``grad`` it is inlined.
@@ -357,13 +360,13 @@ class _PerSample(Likelihood):
 
     @abc.abstractmethod
     def predict(self, model, sample: dict, batch: ModelData) -> Array:
-        """Predictions (N, n) of the observed signal for a batch (pure; jittable)."""
+        """Predictions (N, n) of the observed signal for a batch."""
 
     def observe(self, model, sample, data, subsample_size):
         with numpyro.plate("data", data.q.shape[0], subsample_size=subsample_size) as idx:
             batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
             key = self.noise_keys[0]
-            noise = model.noise_dist(predictions(self, model, sample, batch), sample, key, 1)
+            noise = model.noise_dist(self.predict(model, sample, batch), sample, key, 1)
             numpyro.sample(f"obs_{key}", noise, obs=getattr(batch, key))
 
 
@@ -410,17 +413,10 @@ class LinearInverse(Inverse):
             return super().observe(model, sample, data, subsample_size)
         if subsample_size is not None:
             raise ValueError("subsample_size does not apply to LinearStats (already summed)")
-        numpyro.factor("obs_tau", predictions(self, model, sample, data))
-
-    def predict(self, model, sample, batch):
-        """On :class:`LinearStats`: the log-likelihood of all samples (:func:`linear_log_likelihood`);
-        on ``ModelData``: the per-sample efforts (N, n) of :class:`Inverse`."""
-        if not isinstance(batch, LinearStats):
-            return super().predict(model, sample, batch)
-        dtype = jnp.result_type(batch.A)
+        dtype = jnp.result_type(data.A)
         w = model.linear_weights(sample).astype(dtype)
         sigma = model.noise_sigma(sample, "tau", dtype)
-        return linear_log_likelihood(batch, w, sigma)
+        numpyro.factor("obs_tau", linear_log_likelihood(data, w, sigma))
 
 
 @dataclasses.dataclass(frozen=True)
