@@ -353,14 +353,16 @@ def gradient_norm(bayes_model, data, point: dict, *, model_kwargs=None) -> float
     """Euclidean norm of the gradient of the negative log joint at ``point`` ({site: value}).
 
     Every latent site of the models is real-valued, so the gradient is in the coordinates the
-    optimiser moves (whitened by default).
+    optimiser moves (whitened by default). Evaluated like NumPyro's setup evaluates it (outside
+    ``jit``), so it reuses the programs that setup compiled instead of compiling the gradient
+    once more.
     """
     model_kwargs = model_kwargs or {}
 
     def potential(z):
         return potential_energy(bayes_model.model, (data,), model_kwargs, z)
 
-    g = jax.jit(jax.grad(potential))(point)
+    g = jax.grad(potential)(point)
     return float(jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(g))))
 
 

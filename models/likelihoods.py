@@ -30,6 +30,15 @@ enter as ``numpyro.factor("obs_tau", ...)``; the per-sample form gives the point
 log-likelihood of the same fit. Measured gradient costs: ``docs/measurements.md``.
 NEA's Gaussian prior makes its posterior Gaussian given the noise: :func:`nea_posterior`.
 
+**Rollout windows compiled once.** The rollout likelihood's predictions (an RK4 ``lax.scan``
+over every window) run through one ``jax.jit`` of the model, the draw and the windows
+(:func:`predictions`). NumPyro runs a model outside ``jit`` while it sets inference up (tracing
+the sites, a valid start and its gradient), and there a ``lax.scan`` is compiled anew on every
+run. Under an outer trace (SVI steps, NUTS) the nested ``jit`` is inlined, so values and
+gradients are those of the plain code. The per-sample likelihoods stay eager there: their
+operations compile once per shape and are shared by every model of a robot, where a ``jit``
+would compile once per model.
+
 **Likelihoods are components.** Each owns its data form and its checks:
 :meth:`Likelihood.observations` turns a ``data.Dataset`` or arrays into validated
 :class:`ModelData` in its layout, :meth:`Likelihood.prepare` into what the model is conditioned
@@ -41,6 +50,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 from typing import ClassVar, NamedTuple
 
 import jax
@@ -334,6 +344,17 @@ class Likelihood(abc.ABC):
 
 
 
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def predictions(likelihood: Likelihood, model, sample: dict, batch):
+    """``likelihood.predict(model, sample, batch)`` under one ``jax.jit`` (module docstring,
+    "Rollout windows compiled once").
+
+    Compiled once per likelihood, model (by identity) and array shapes; ``sample`` and
+    ``batch`` are traced. Inside an outer ``jit`` or ``grad`` it is inlined.
+    """
+    return likelihood.predict(model, sample, batch)
+
+
 class _PerSample(Likelihood):
     """A likelihood with one observation per sample: ``obs_<key> ~ noise(predict(batch))``."""
 
@@ -433,16 +454,20 @@ class Rollout(Likelihood):
             return rollout_windows(traj, self.horizon)
         return check_data(data, n=robot.n, ndim=3, what=what)
 
-    def observe(self, model, sample, data, subsample_size):
+    def predict(self, model, sample, batch):
+        """Predicted positions and velocities (W, H, n) each after each window's first state."""
         f = model.qdd_fn(sample)
 
         def window(q, qd, tau):
             traj = bn.integrate(f, q[0], qd[0], tau[:-1], dt=self.dt)
             return traj.q[1:], traj.qd[1:]
 
+        return jax.vmap(window)(batch.q, batch.qd, batch.tau)
+
+    def observe(self, model, sample, data, subsample_size):
         with numpyro.plate("data", data.q.shape[0], subsample_size=subsample_size) as idx:
             batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
-            q_pred, qd_pred = jax.vmap(window)(batch.q, batch.qd, batch.tau)
+            q_pred, qd_pred = predictions(self, model, sample, batch)
             numpyro.sample("obs_q", model.noise_dist(q_pred, sample, "q", 2), obs=batch.q[:, 1:])
             numpyro.sample(
                 "obs_qd", model.noise_dist(qd_pred, sample, "qd", 2), obs=batch.qd[:, 1:]

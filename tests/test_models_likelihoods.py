@@ -50,7 +50,8 @@ def test_non_linear_variants_keep_their_data(furuta, data):
 
 
 def test_rollout_windows_reproduce_rk4(furuta):
-    """Windows cut from an RK4 trajectory of the nominal robot are predicted exactly."""
+    """Windows cut from an RK4 trajectory of the nominal robot are predicted exactly, by the
+    compiled predictions as by the plain code."""
     dt = 0.01
     tau = 0.002 * jnp.sin(jnp.arange(40.0)[:, None] * jnp.array([[0.3, 0.0]]))
     traj = jax.jit(
@@ -73,6 +74,16 @@ def test_rollout_windows_reproduce_rk4(furuta):
     np.testing.assert_allclose(
         np.asarray(tr["obs_qd"]["fn"].mean), np.asarray(windows.qd[:, 1:]), atol=1e-8
     )
+    # the windows run through one jax.jit (models.likelihoods.predictions); without any jit
+    # (the plain code) the predictions and log densities are the same to rounding
+    with jax.disable_jit():
+        plain = handlers.trace(handlers.substitute(model.model, data=model.init_sample())).get_trace(
+            windows
+        )
+    for site in ("obs_q", "obs_qd"):
+        np.testing.assert_allclose(tr[site]["fn"].mean, plain[site]["fn"].mean, rtol=1e-12, atol=1e-15)
+        logp = [float(t[site]["fn"].log_prob(t[site]["value"]).sum()) for t in (tr, plain)]
+        np.testing.assert_allclose(logp[0], logp[1], rtol=1e-12, atol=0)
     with pytest.raises(ValueError, match="horizon"):
         rollout_windows(run, 0)
 
@@ -122,3 +133,6 @@ def test_float32_log_density(name, furuta, data):
     assert density.dtype == jnp.float32 and np.isfinite(float(density))
     qdd = model.qdd_fn(sample)(data32.q[0], data32.qd[0], data32.tau[0])
     assert qdd.dtype == jnp.float32
+
+
+
