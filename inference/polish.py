@@ -61,6 +61,60 @@ def _hessian(grad, x, batch_size):
     return jax.lax.map(column, basis, batch_size=min(batch_size, x.shape[0]))
 
 
+def _check_options(max_iter: int, gtol: float) -> None:
+    if max_iter < 1:
+        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
+    if not gtol > 0:
+        raise ValueError(f"gtol must be > 0, got {gtol}")
+
+
+def _tolerance(gtol: float, eps: float, energy):
+    """``gtol`` raised to the energy's float resolution ``sqrt(200 eps |energy|)``."""
+    return np.maximum(gtol, np.sqrt(200.0 * eps * np.maximum(np.abs(energy), 1.0)))
+
+
+def _damped_step(w, V, Vg, damping):
+    """``-V diag(1 / (|w| (1 + damping))) V^T g`` (module docstring); ``Vg = V^T g``.
+
+    Shapes: ``w`` (..., d), ``V`` (..., d, d), ``Vg`` (..., d), ``damping`` (...).
+    """
+    scale = np.maximum(np.abs(w).max(-1, keepdims=True), 1e-300)
+    shifted = np.maximum(np.abs(w), 1e-12 * scale) * (1.0 + np.asarray(damping)[..., None])
+    return -np.einsum("...ij,...j->...i", V, Vg / shifted)
+
+
+def _end_report(H, g, energy: float, iterations: int, gtol: float, eps: float) -> MapReport:
+    """The :class:`MapReport` of a point with Hessian ``H`` (d, d) and gradient ``g`` (d,)."""
+    w = np.linalg.eigvalsh(0.5 * (H + H.T))
+    pd = bool(w[0] > 0)
+    decrement = float(np.sqrt(max(g @ np.linalg.solve(H, g), 0.0))) if pd else float("inf")
+    tol = float(_tolerance(gtol, eps, energy))
+    converged = pd and decrement <= tol
+    grad_norm = float(np.linalg.norm(g))
+    if converged:
+        message = (
+            f"MAP: Newton decrement {decrement:.2e} <= {tol:.3g}, gradient norm {grad_norm:.2e}, "
+            f"Hessian positive definite (eigenvalues {w[0]:.3g} .. {w[-1]:.3g}) after "
+            f"{iterations} steps"
+        )
+    else:
+        message = (
+            f"not a MAP: Newton decrement {decrement:.2e} (tolerance {tol:.3g}), gradient norm "
+            f"{grad_norm:.2e}, Hessian eigenvalues {w[0]:.3g} .. {w[-1]:.3g} after {iterations} "
+            "steps"
+        )
+    return MapReport(
+        iterations=int(iterations),
+        energy=float(energy),
+        grad_norm=grad_norm,
+        newton_decrement=decrement,
+        min_eigenvalue=float(w[0]),
+        max_eigenvalue=float(w[-1]),
+        converged=converged,
+        message=message,
+    )
+
+
 def polish_map(
     bayes_model,
     data,
@@ -92,10 +146,7 @@ def polish_map(
     Raises:
         ValueError: ``max_iter < 1`` or ``gtol <= 0``.
     """
-    if max_iter < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
-    if not gtol > 0:
-        raise ValueError(f"gtol must be > 0, got {gtol}")
+    _check_options(max_iter, gtol)
     unconstrained = unconstrain_fn(bayes_model.model, (data,), {}, point)
     x0, unravel = ravel_pytree(unconstrained)
 
@@ -114,10 +165,6 @@ def polish_map(
     if not np.isfinite(e):
         raise ValueError("the log joint is not finite at the starting point")
     eps = float(jnp.finfo(dtype).eps)
-
-    def tolerance(energy_value):
-        return max(gtol, float(np.sqrt(200.0 * eps * max(abs(energy_value), 1.0))))
-
     iterations = 0
     decrement = np.inf
     while iterations < max_iter:
@@ -127,13 +174,11 @@ def polish_map(
         w, V = np.linalg.eigh(H)
         if w[0] > 0:
             decrement = float(np.sqrt(g @ (V @ ((V.T @ g) / w))))
-            if decrement <= tolerance(e):
+            if decrement <= _tolerance(gtol, eps, e):
                 break
-        scale = max(np.abs(w).max(), 1e-300)
         accepted = False
         for _ in range(60):
-            shifted = np.maximum(np.abs(w), 1e-12 * scale) * (1.0 + damping)
-            step = -(V @ ((V.T @ g) / shifted))
+            step = _damped_step(w, V, V.T @ g, damping)
             e_new = float(f_energy(jnp.asarray(x + step, dtype)))
             if np.isfinite(e_new) and e_new < e:
                 accepted = True
@@ -146,35 +191,8 @@ def polish_map(
         e, g = value_and_grad(jnp.asarray(x, dtype))
         e, g = float(e), np.asarray(g, np.float64)
     H = np.asarray(hessian(jnp.asarray(x, dtype)), np.float64)
-    w = np.linalg.eigvalsh(0.5 * (H + H.T))
-    pd = bool(w[0] > 0)
-    decrement = float(np.sqrt(max(g @ np.linalg.solve(H, g), 0.0))) if pd else float("inf")
-    tol = tolerance(e)
-    converged = pd and decrement <= tol
-    grad_norm = float(np.linalg.norm(g))
-    if converged:
-        message = (
-            f"MAP: Newton decrement {decrement:.2e} <= {tol:.3g}, gradient norm {grad_norm:.2e}, "
-            f"Hessian positive definite (eigenvalues {w[0]:.3g} .. {w[-1]:.3g}) after "
-            f"{iterations} steps"
-        )
-    else:
-        message = (
-            f"not a MAP: Newton decrement {decrement:.2e} (tolerance {tol:.3g}), gradient norm "
-            f"{grad_norm:.2e}, Hessian eigenvalues {w[0]:.3g} .. {w[-1]:.3g} after {iterations} "
-            "steps"
-        )
+    report = _end_report(H, g, e, iterations, gtol, eps)
     out = constrain_fn(bayes_model.model, (data,), {}, unravel(jnp.asarray(x, dtype)))
-    report = MapReport(
-        iterations=iterations,
-        energy=e,
-        grad_norm=grad_norm,
-        newton_decrement=decrement,
-        min_eigenvalue=float(w[0]),
-        max_eigenvalue=float(w[-1]),
-        converged=converged,
-        message=message,
-    )
     return {k: out[k] for k in point}, report
 
 
@@ -198,10 +216,7 @@ def polish_map_batched(
         ``(points, reports)``: polished ``{site: (R, ...)}`` (constrained space) and one
         :class:`MapReport` per replicate.
     """
-    if max_iter < 1:
-        raise ValueError(f"max_iter must be >= 1, got {max_iter}")
-    if not gtol > 0:
-        raise ValueError(f"gtol must be > 0, got {gtol}")
+    _check_options(max_iter, gtol)
     model = bayes_model.model
     unconstrained = jax.vmap(lambda p, d: unconstrain_fn(model, (d,), {}, p))(points, data)
     first = jax.tree.map(lambda v: v[0], unconstrained)
@@ -222,10 +237,9 @@ def polish_map_batched(
     R = x.shape[0]
     e, g = value_and_grad(jnp.asarray(x, dtype), data)
     e, g = np.array(e, np.float64), np.array(g, np.float64)
-    if not np.all(np.isfinite(e)):
-        raise ValueError(
-            f"the log joint is not finite at the start of replicates {np.flatnonzero(~np.isfinite(e)).tolist()}"
-        )
+    bad = np.flatnonzero(~np.isfinite(e)).tolist()
+    if bad:
+        raise ValueError(f"the log joint is not finite at the start of replicates {bad}")
     damping = np.full(R, 1e-3)
     active = np.ones(R, bool)
     iterations = np.zeros(R, int)
@@ -236,19 +250,16 @@ def polish_map_batched(
         H = np.asarray(hessian(jnp.asarray(x, dtype), data), np.float64)
         w, V = np.linalg.eigh(0.5 * (H + np.swapaxes(H, 1, 2)))
         Vg = np.einsum("rij,ri->rj", V, g)
-        tol = np.maximum(gtol, np.sqrt(200.0 * eps * np.maximum(np.abs(e), 1.0)))
         with np.errstate(divide="ignore", invalid="ignore"):
             decrement = np.sqrt(np.maximum(np.sum(Vg**2 / w, 1), 0.0))
-        done = (w[:, 0] > 0) & (decrement <= tol)
+        done = (w[:, 0] > 0) & (decrement <= _tolerance(gtol, eps, e))
         active &= ~done
-        scale = np.maximum(np.abs(w).max(1), 1e-300)
         pending = active.copy()
         step = np.zeros_like(x)
         for _ in range(60):
             if not pending.any():
                 break
-            shifted = np.maximum(np.abs(w), 1e-12 * scale[:, None]) * (1.0 + damping[:, None])
-            trial = -np.einsum("rij,rj->ri", V, Vg / shifted)
+            trial = _damped_step(w, V, Vg, damping)
             e_new = np.asarray(f_energy(jnp.asarray(x + trial, dtype), data), np.float64)
             ok = pending & np.isfinite(e_new) & (e_new < e)
             step[ok] = trial[ok]
@@ -263,32 +274,7 @@ def polish_map_batched(
         e[moved] = np.asarray(e_all, np.float64)[moved]
         g[moved] = np.asarray(g_all, np.float64)[moved]
     H = np.asarray(hessian(jnp.asarray(x, dtype), data), np.float64)
-    reports = []
-    for r in range(R):
-        w = np.linalg.eigvalsh(0.5 * (H[r] + H[r].T))
-        pd = bool(w[0] > 0)
-        dec = float(np.sqrt(max(g[r] @ np.linalg.solve(H[r], g[r]), 0.0))) if pd else float("inf")
-        tol = max(gtol, float(np.sqrt(200.0 * eps * max(abs(e[r]), 1.0))))
-        converged = pd and dec <= tol
-        grad_norm = float(np.linalg.norm(g[r]))
-        head = "MAP" if converged else "not a MAP"
-        message = (
-            f"{head}: Newton decrement {dec:.2e} (tolerance {tol:.3g}), gradient norm "
-            f"{grad_norm:.2e}, Hessian eigenvalues {w[0]:.3g} .. {w[-1]:.3g} after "
-            f"{iterations[r]} steps"
-        )
-        reports.append(
-            MapReport(
-                int(iterations[r]),
-                float(e[r]),
-                grad_norm,
-                dec,
-                float(w[0]),
-                float(w[-1]),
-                converged,
-                message,
-            )
-        )
+    reports = [_end_report(H[r], g[r], e[r], iterations[r], gtol, eps) for r in range(R)]
     out = jax.vmap(lambda u, d: constrain_fn(model, (d,), {}, unravel(u)))(
         jnp.asarray(x, dtype), data
     )
