@@ -25,6 +25,7 @@ import dataclasses
 import os
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import jax
@@ -46,7 +47,7 @@ from models import ModelData, build_model
 from models._sites import characteristic_scales
 from models.identifiable import identifiable_model
 
-RECORD_SCHEMA = 1
+RECORD_SCHEMA = 2  # 2: every (system, variant) draws from its own key (cell_key)
 SYSTEMS = ("cartpole", "furuta")
 VARIANTS = ("diffnea/viscous/informative", "diffnea/stribeck/informative")
 
@@ -60,7 +61,7 @@ class CalibrationSettings:
         num_warmup, num_samples: NUTS warm-up (step size only: Laplace metric) and draws (1 chain).
         ranks: ``L`` thinned draws the truth is ranked among (``num_samples`` divisible by it).
         batch_size: replicates fitted jointly in one NUTS run (:class:`StackedModel`).
-        seed: base seed; batch ``k`` uses ``fold_in(key(seed), k)``.
+        seed: base seed (:func:`cell_key`).
     """
 
     n_samples: int = 200
@@ -76,6 +77,17 @@ class CalibrationSettings:
 
 def batch_id(system: str, variant: str, batch: int) -> str:
     return f"{system}__{variant.replace('/', '-')}__{batch:04d}"
+
+
+def cell_key(seed: int, system: str, variant: str, batch: int):
+    """The key of one batch: ``fold_in(fold_in(key(seed), crc32(system/variant)), batch)``.
+
+    Every (system, variant) gets its own stream: with one stream per batch only, the cells of a
+    run shared their truth, state and noise draws (both built-in systems have 2 joints), so
+    their replicates were not independent experiments and one unlucky draw showed in all cells.
+    """
+    cell = zlib.crc32(f"{system}/{variant}".encode())
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), cell), batch)
 
 
 def _identified(model, physical: dict) -> dict[str, np.ndarray]:
@@ -134,7 +146,7 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
     R = s.batch_size
     robot = bn.get_system(system)
     model = identifiable_model(build_model(variant, robot))
-    key = jax.random.fold_in(jax.random.key(s.seed), batch)
+    key = cell_key(s.seed, system, variant, batch)
     k_truth, k_states, k_tau, k_noise, k_fit = jax.random.split(key, 5)
     truth, completion = model.sample_prior(k_truth, R)
     truth = {k: jnp.asarray(v) for k, v in truth.items()}
@@ -386,6 +398,7 @@ def summarise(records: list[dict], *, bins: int = 10, alpha: float = 0.01) -> li
             R = len(q)
             in50 = float(np.mean([x["in50"] for x in q]))
             in90 = float(np.mean([x["in90"] for x in q]))
+            z2 = _squared_z(q)
             rows.append(
                 {
                     "system": system,
@@ -398,9 +411,57 @@ def summarise(records: list[dict], *, bins: int = 10, alpha: float = 0.01) -> li
                     "cover50_se": float(np.sqrt(0.5 * 0.5 / R)),
                     "cover90": in90,
                     "cover90_se": float(np.sqrt(0.9 * 0.1 / R)),
+                    "z2": float(np.mean(z2)) if z2.size else float("nan"),
+                    "z2_se": float(np.std(z2) / np.sqrt(z2.size)) if z2.size else float("nan"),
                 }
             )
     return rows
+
+
+def _squared_z(quantities: list[dict]) -> np.ndarray:
+    """``((truth - posterior mean) / posterior sd)^2`` of each replicate (records with moments).
+
+    Under a calibrated posterior its expectation is exactly 1 (given the data the truth is a
+    draw from the posterior), whatever the posterior's shape: a mean above 1 says intervals too
+    narrow or shifted, below 1 too wide.
+    """
+    q = [x for x in quantities if "mean" in x and x.get("sd", 0) > 0]
+    return np.array([((x["truth"] - x["mean"]) / x["sd"]) ** 2 for x in q])
+
+
+def coverage_outside(R: int, *, nominal: float = 0.9, band=(0.85, 0.95)) -> float:
+    """Probability that the observed coverage of ``R`` replicates falls outside ``band`` when
+    the intervals cover exactly ``nominal`` (binomial): what chance alone gives per quantity."""
+    lo = np.ceil(band[0] * R - 1e-9)  # smallest count inside
+    hi = np.floor(band[1] * R + 1e-9)  # largest count inside
+    inside = stats.binom.cdf(hi, R, nominal) - stats.binom.cdf(lo - 1, R, nominal)
+    return float(1.0 - inside)
+
+
+def cell_summary(rows: list[dict], *, band=(0.85, 0.95)) -> list[dict]:
+    """Per (system, variant): pooled 90 % coverage, mean squared z, and how many quantities lie
+    outside the coverage ``band`` beside the number exact calibration would put there by chance
+    (the sum of :func:`coverage_outside` over the quantities)."""
+    cells: dict[tuple, list[dict]] = {}
+    for r in rows:
+        cells.setdefault((r["system"], r["variant"]), []).append(r)
+    out = []
+    for (system, variant), rs in sorted(cells.items()):
+        outside = [r for r in rs if not band[0] <= r["cover90"] <= band[1]]
+        out.append(
+            {
+                "system": system,
+                "variant": variant,
+                "quantities": len(rs),
+                "replicates": min(r["replicates"] for r in rs),
+                "cover90": float(np.mean([r["cover90"] for r in rs])),
+                "z2": float(np.nanmean([r["z2"] for r in rs])),
+                "outside": [r["quantity"] for r in outside],
+                "expected_outside": sum(coverage_outside(r["replicates"], band=band) for r in rs),
+                "uniform_fail": [r["quantity"] for r in rs if not r["uniform"]],
+            }
+        )
+    return out
 
 
 def summary_table(rows: list[dict], *, alpha: float = 0.01) -> str:
@@ -410,14 +471,61 @@ def summary_table(rows: list[dict], *, alpha: float = 0.01) -> str:
         f"(system, variant) at family-wise alpha = {alpha}. Coverage: fraction of replicates "
         "whose central interval holds the truth (binomial se of the nominal rate in brackets).",
         "",
-        "| system | variant | quantity | R | chi2 p | uniform | 50 % cover | 90 % cover |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "E z^2: mean of ((truth - posterior mean) / posterior sd)^2, exactly 1 under calibration "
+        "(its standard error in brackets).",
+        "",
+        "| system | variant | quantity | R | chi2 p | uniform | 50 % cover | 90 % cover | E z^2 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         lines.append(
             f"| {r['system']} | {r['variant']} | {r['quantity']} | {r['replicates']} | "
             f"{r['chi2_p']:.3f} | {'yes' if r['uniform'] else 'NO'} | {r['cover50']:.2f} "
-            f"(+-{r['cover50_se']:.2f}) | {r['cover90']:.2f} (+-{r['cover90_se']:.2f}) |"
+            f"(+-{r['cover50_se']:.2f}) | {r['cover90']:.2f} (+-{r['cover90_se']:.2f}) | "
+            f"{r.get('z2', float('nan')):.2f} (+-{r.get('z2_se', float('nan')):.2f}) |"
+        )
+    cells = cell_summary(rows)
+    lines += [
+        "",
+        "Per (system, variant): pooled 90 % coverage, mean E z^2, quantities whose 90 % coverage "
+        "lies outside [0.85, 0.95] and how many exact calibration puts there by chance "
+        "(binomial, summed over the quantities), quantities failing uniformity.",
+        "",
+        "| system | variant | quantities | R | pooled 90 % cover | E z^2 | outside [0.85, 0.95] "
+        "| expected by chance | not uniform |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in cells:
+        lines.append(
+            f"| {c['system']} | {c['variant']} | {c['quantities']} | {c['replicates']} | "
+            f"{c['cover90']:.3f} | {c['z2']:.2f} | {len(c['outside'])} "
+            f"{'(' + ', '.join(c['outside']) + ')' if c['outside'] else ''} | "
+            f"{c['expected_outside']:.1f} | {', '.join(c['uniform_fail']) or 'none'} |"
+        )
+    return "\n".join(lines)
+
+
+def batch_table(records: list[dict]) -> str:
+    """Markdown table of the fits per (system, variant): batches, divergences, leapfrog steps
+    per draw, replicates left out because their own Newton MAP did not converge."""
+    cells: dict[tuple, list[dict]] = {}
+    for r in records:
+        cells.setdefault((r["system"], r["variant"]), []).append(r["metrics"])
+    lines = [
+        "| system | variant | batches | divergences (batches with any) | leapfrog / draw "
+        "(median, max) | MAP not converged | seconds per batch (median) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for (system, variant), ms in sorted(cells.items()):
+        div = [m["divergences"] for m in ms]
+        steps = [m["leapfrog_per_draw"] for m in ms]
+        failed = sum(not rep.get("map_converged", True) for m in ms for rep in m["replicates"])
+        seconds = [
+            r["seconds"] for r in records if (r["system"], r["variant"]) == (system, variant)
+        ]
+        lines.append(
+            f"| {system} | {variant} | {len(ms)} | {sum(div)} ({sum(d > 0 for d in div)}) | "
+            f"{np.median(steps):.0f}, {max(steps):.0f} | {failed} | {np.median(seconds):.0f} |"
         )
     return "\n".join(lines)
 

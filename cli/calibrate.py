@@ -29,6 +29,7 @@ def run(args) -> int:
         SYSTEMS,
         VARIANTS,
         CalibrationSettings,
+        batch_table,
         plot_ranks,
         run_calibration,
         summarise,
@@ -52,8 +53,13 @@ def run(args) -> int:
         print("no finished batches")
         return 1
     table = summary_table(summarise(records))
-    text = f"# Simulation-based calibration\n\nSettings: {settings.to_dict()}\n\n{table}\n"
+    fits = batch_table(records)
+    text = (
+        f"# Simulation-based calibration\n\nSettings: {settings.to_dict()}\n\n{table}\n\n"
+        f"## The fits\n\n{fits}\n"
+    )
     write_atomic(f"{args.out}/report.md", lambda f: f.write(text.encode()))
     plot_ranks(records, f"{args.out}/ranks.png")
     print(table)
+    print(fits)
     return 0

@@ -3,11 +3,18 @@ bookkeeping (resumable records, summary statistics against scipy)."""
 
 import json
 
+import jax
 import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.calibration import CalibrationSettings, sbc_batch, summarise, summary_table
+from analysis.calibration import (
+    CalibrationSettings,
+    batch_table,
+    sbc_batch,
+    summarise,
+    summary_table,
+)
 
 pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
 
@@ -71,7 +78,50 @@ def test_summary_statistics_match_scipy():
     flagged = [dict(rep, map_converged=i % 4 != 0) for i, rep in enumerate(reps)]
     partial = dict(record, metrics={"replicates": flagged, "map_converged": False})
     assert summarise([partial])[0]["replicates"] == 30
+    fits = [
+        dict(
+            partial, seconds=s, metrics=dict(partial["metrics"], divergences=d, leapfrog_per_draw=k)
+        )
+        for s, d, k in ((10.0, 0, 7.0), (30.0, 4, 15.0), (20.0, 1, 31.0))
+    ]
+    # 3 batches, 5 divergences in 2 of them, median/max steps 15/31, 3 x 10 failed MAPs, 20 s
+    assert "| s | v | 3 | 5 (2) | 15, 31 | 30 | 20 |" in batch_table(fits)
     with pytest.raises(ValueError, match="replicates"):
         from analysis.calibration import run_calibration
 
         run_calibration("/nonexistent-never-created", replicates=0)
+
+
+def test_cells_draw_independent_streams_and_chance_coverage_matches_binomial_draws():
+    from analysis.calibration import cell_key, cell_summary, coverage_outside
+
+    a = jax.random.normal(cell_key(0, "cartpole", "diffnea/viscous/informative", 3), (4,))
+    b = jax.random.normal(cell_key(0, "furuta", "diffnea/viscous/informative", 3), (4,))
+    c = jax.random.normal(cell_key(0, "cartpole", "diffnea/stribeck/informative", 3), (4,))
+    again = jax.random.normal(cell_key(0, "cartpole", "diffnea/viscous/informative", 3), (4,))
+    assert np.array_equal(a, again)  # resumable: a batch redraws the same data
+    assert not np.allclose(a, b) and not np.allclose(a, c)
+    # chance of a coverage outside [0.85, 0.95] with exact 90 % intervals, against simulation
+    rng = np.random.default_rng(1)
+    for R in (40, 120, 300):
+        cover = rng.binomial(R, 0.9, size=200_000) / R
+        simulated = np.mean((cover < 0.85) | (cover > 0.95))
+        assert coverage_outside(R) == pytest.approx(simulated, abs=3e-3)
+    # E z^2 is 1 when truths are posterior draws (Gaussian posteriors of random widths)
+    reps = []
+    for r in range(4000):
+        mean, sd = rng.normal(), rng.uniform(0.1, 3.0)
+        truth = rng.normal(mean, sd)
+        # "a": the posterior the truth was drawn from; "b": the same shifted by one sd
+        a = {"truth": truth, "mean": mean, "sd": sd}
+        b = {"truth": truth, "mean": mean + sd, "sd": sd}
+        for x in (a, b):
+            x.update(rank=0, in50=True, in90=abs(truth - x["mean"]) <= 1.6449 * sd)
+        reps.append({"replicate": r, "quantities": {"a": a, "b": b}})
+    record = {"system": "s", "variant": "v", "settings": SMALL, "metrics": {"replicates": reps}}
+    rows = {r["quantity"]: r for r in summarise([record])}
+    assert rows["a"]["z2"] == pytest.approx(1.0, abs=4 * rows["a"]["z2_se"])
+    assert rows["b"]["z2"] == pytest.approx(2.0, abs=4 * rows["b"]["z2_se"])  # shifted by 1 sd
+    (cell,) = cell_summary(list(rows.values()))
+    assert cell["outside"] == ["b"] and cell["quantities"] == 2
+    assert cell["expected_outside"] == pytest.approx(2 * coverage_outside(4000))
