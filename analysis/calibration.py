@@ -22,6 +22,7 @@ are functions of the latent sites, so a small harness here is simpler.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -33,8 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
-from numpyro.infer import MCMC, NUTS
-from numpyro.infer.initialization import init_to_value
+from numpyro.infer.hmc import hmc
+from numpyro.infer.util import potential_energy
 from scipy import stats
 
 import bayes_nea as bn
@@ -47,7 +48,7 @@ from models import ModelData, build_model
 from models._sites import characteristic_scales
 from models.identifiable import identifiable_model
 
-RECORD_SCHEMA = 2  # 2: every (system, variant) draws from its own key (cell_key)
+RECORD_SCHEMA = 3  # 2: every (system, variant) its own key (cell_key); 3: a chain per replicate
 SYSTEMS = ("cartpole", "furuta")
 VARIANTS = ("diffnea/viscous/informative", "diffnea/stribeck/informative")
 
@@ -106,13 +107,19 @@ def _identified(model, physical: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def _replicate_loglik(model, sample, data) -> jax.Array:
+    """Log likelihood of one replicate's forward-dynamics data (features of ``model.prepare``)."""
+    pred = model._qdd_features(sample, data)
+    sigma = model.source.noise_sigma(sample, "qdd", data.q.dtype)
+    return jnp.sum(dist.Normal(pred, sigma[None, :]).log_prob(data.qdd))
+
+
 class StackedModel:
     """``R`` independent replicates of an identifiable model as one NumPyro model.
 
     Latent sites get a leading replicate axis (``numpyro.plate``); the log likelihood is the sum
-    of the replicates' (vmapped). The joint posterior is the product of the replicates'
-    posteriors, so one NUTS run (one compile) samples all of them; with the Laplace metric (block
-    diagonal) the product stays well conditioned.
+    of the replicates' (vmapped). Its MAP and Laplace metric are the replicates' (the Hessian is
+    block diagonal), computed in one compile.
     """
 
     def __init__(self, model, replicates: int):
@@ -124,13 +131,74 @@ class StackedModel:
         dtype = jnp.result_type(data.q)
         with numpyro.plate("replicate", self.replicates):
             sample = m.sample_latent(dtype)
+        loglik = jax.vmap(lambda s, d: _replicate_loglik(m, s, d))(sample, data)
+        numpyro.factor("obs_qdd", jnp.sum(loglik))
 
-        def loglik(sample_r, data_r):
-            pred = m._qdd_features(sample_r, data_r)
-            sigma = m.source.noise_sigma(sample_r, "qdd", dtype)
-            return jnp.sum(dist.Normal(pred, sigma[None, :]).log_prob(data_r.qdd))
 
-        numpyro.factor("obs_qdd", jnp.sum(jax.vmap(loglik)(sample, data)))
+def _replicate_blocks(point: dict, replicates: int) -> np.ndarray:
+    """(R, d) indices of each replicate's entries in the stacked flat latent vector.
+
+    NumPyro flattens ``{site: (R, ...)}`` with ``ravel_pytree`` (sorted site names, each site's
+    array row-major, so replicate-major); one replicate's own flat vector takes the same sites in
+    the same order.
+    """
+    blocks, offset = [], 0
+    for name in sorted(point):
+        size = int(np.prod(np.shape(point[name])[1:], dtype=int))
+        blocks.append(offset + np.arange(replicates)[:, None] * size + np.arange(size)[None, :])
+        offset += replicates * size
+    return np.concatenate(blocks, axis=1)
+
+
+def replicate_nuts(model, data, point: dict, metric, key, *, num_warmup: int, num_samples: int):
+    """One NUTS chain per replicate, all in one vmapped, jitted computation.
+
+    Each chain has its own step size (dual averaging over ``num_warmup`` steps), its own fixed
+    dense metric (the replicate's block of the stacked Laplace metric ``metric``) and its own
+    divergence count: a replicate whose posterior is hard no longer sets the step of the others,
+    and its divergences are its own. NumPyro's functional NUTS (``numpyro.infer.hmc.hmc``).
+
+    Returns:
+        ``(draws {site: (D, R, ...)}, num_steps (D, R), diverging (D, R))``.
+    """
+    R = jax.tree.leaves(point)[0].shape[0]
+    dtype = jnp.result_type(data.q)
+
+    def single(data_r):
+        sample = model.sample_latent(dtype)
+        numpyro.factor("obs_qdd", _replicate_loglik(model, sample, data_r))
+
+    def potential_fn_gen(data_r):
+        return lambda params: potential_energy(single, (data_r,), {}, params)
+
+    init_kernel, sample_kernel = hmc(potential_fn_gen=potential_fn_gen, algo="NUTS")
+    idx = _replicate_blocks(point, R)
+    metrics = jnp.asarray(metric)[idx[:, :, None], idx[:, None, :]]  # (R, d, d)
+
+    def chain(key, init, data_r, inverse_mass):
+        state = init_kernel(
+            init,
+            num_warmup,
+            inverse_mass_matrix=inverse_mass,
+            adapt_mass_matrix=False,
+            dense_mass=True,
+            model_args=(data_r,),
+            rng_key=key,
+        )
+
+        def step(state, _):
+            state = sample_kernel(state, model_args=(data_r,))
+            return state, (state.z, state.num_steps, state.diverging)
+
+        state, _ = jax.lax.scan(step, state, None, length=num_warmup)
+        _, out = jax.lax.scan(step, state, None, length=num_samples)
+        return out
+
+    run = jax.jit(jax.vmap(chain))
+    draws, steps, diverging = run(jax.random.split(key, R), point, data, metrics)
+    # (R, D, ...) -> (D, R, ...) as the stacked chain's draws
+    swap = functools.partial(jnp.swapaxes, axis1=0, axis2=1)
+    return jax.tree.map(swap, draws), swap(steps), swap(diverging)
 
 
 def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dict]:
@@ -168,17 +236,10 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
     point, reports = polish_map_batched(model, data, init)
     map_ok = [r.converged for r in reports]
     metric = laplace_inverse_mass(stacked, data, point, batch_size=32)
-    kernel = NUTS(
-        stacked.model,
-        inverse_mass_matrix=metric,
-        adapt_mass_matrix=False,
-        dense_mass=True,
-        init_strategy=init_to_value(values=point),
+    draws, steps, diverging = replicate_nuts(
+        model, data, point, metric, k_fit, num_warmup=s.num_warmup, num_samples=s.num_samples
     )
-    mcmc = MCMC(kernel, num_warmup=s.num_warmup, num_samples=s.num_samples, progress_bar=False)
-    mcmc.run(k_fit, data, extra_fields=("num_steps", "diverging"))
-    draws = mcmc.get_samples()
-    extra = mcmc.get_extra_fields()
+    steps, diverging = np.asarray(steps), np.asarray(diverging)
     phys = jax.vmap(jax.vmap(model.physical), in_axes=1, out_axes=1)(draws)  # (D, R, ...)
     post = _identified(model, {k: np.asarray(v) for k, v in phys.items()})
     true = _identified(
@@ -206,6 +267,8 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
                 "quantities": quantities,
                 "truth_completion_margin": float(completion["completion_margin"][r]),
                 "map_converged": bool(map_ok[r]),
+                "divergences": int(diverging[:, r].sum()),
+                "leapfrog_per_draw": float(steps[:, r].mean()),
             }
         )
     return {
@@ -213,8 +276,8 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
         "map_converged": bool(all(map_ok)),
         "map_message": next((r.message for r in reports if not r.converged), reports[0].message),
         "map_converged_replicates": int(sum(map_ok)),
-        "divergences": int(np.sum(extra["diverging"])),
-        "leapfrog_per_draw": float(np.mean(extra["num_steps"])),
+        "divergences": int(diverging.sum()),
+        "leapfrog_per_draw": float(steps.mean()),
     }
 
 
@@ -353,17 +416,19 @@ def _replicates(records: list[dict]) -> dict[tuple, list[dict]]:
     """Batch records flattened to ``{(system, variant): [replicate, ...]}`` (each with ``ranks``).
 
     Replicates whose Newton MAP did not converge (NUTS then started from a non-stationary point
-    with a floored metric) are left out; in records without per-replicate flags, the whole
-    batch. The choice depends on the data only, never on the truth, so the ranks of the kept
-    replicates stay uniform under a correct posterior (given the data, the truth is a draw
-    from it).
+    with a floored metric) are left out (in records without per-replicate flags, the whole
+    batch), and so are replicates whose own NUTS chain diverged (a fit that reports divergences
+    is not converged, as a user would be told). Both choices depend on the data and the
+    sampler's randomness only, never on the truth, so the ranks of the kept replicates stay
+    uniform under a correct posterior (given the data, the truth is a draw from it);
+    :func:`batch_table` reports how many were left out.
     """
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         metrics = r["metrics"]
         batch_ok = metrics.get("map_converged", True)
         for rep in metrics["replicates"]:
-            if not rep.get("map_converged", batch_ok):
+            if not rep.get("map_converged", batch_ok) or rep.get("divergences", 0) > 0:
                 continue
             groups.setdefault((r["system"], r["variant"]), []).append(
                 dict(rep, ranks=r["settings"]["ranks"])
@@ -506,18 +571,25 @@ def summary_table(rows: list[dict], *, alpha: float = 0.01) -> str:
 
 
 def batch_table(records: list[dict]) -> str:
-    """Markdown table of the fits per (system, variant): batches, divergences, leapfrog steps
-    per draw, replicates left out because their own Newton MAP did not converge."""
+    """Markdown table of the fits per (system, variant): batches, divergences and the
+    replicates whose chain had any (left out of the summary), leapfrog steps per draw (per
+    batch), replicates left out because their own Newton MAP did not converge."""
     cells: dict[tuple, list[dict]] = {}
     for r in records:
         cells.setdefault((r["system"], r["variant"]), []).append(r["metrics"])
     lines = [
-        "| system | variant | batches | divergences (batches with any) | leapfrog / draw "
+        "| system | variant | batches | divergences (replicates with any) | leapfrog / draw "
         "(median, max) | MAP not converged | seconds per batch (median) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for (system, variant), ms in sorted(cells.items()):
-        div = [m["divergences"] for m in ms]
+        reps = [rep for m in ms for rep in m["replicates"]]
+        per_replicate = all("divergences" in rep for rep in reps)  # else: counts per batch
+        div = (
+            [rep["divergences"] for rep in reps]
+            if per_replicate
+            else [m["divergences"] for m in ms]
+        )
         steps = [m["leapfrog_per_draw"] for m in ms]
         failed = sum(not rep.get("map_converged", True) for m in ms for rep in m["replicates"])
         seconds = [

@@ -60,6 +60,7 @@ GEOMETRY = "identifiable"
 BASE_SITE = "base_z"
 DEFAULT_MOMENT_DRAWS = 20_000
 DEFAULT_COMPLETION_STEPS = 300
+BASIS_STATES, BASIS_STATES_KEY = 32, 7  # states whose stacked regressor defines B(k) (no-Kin)
 
 
 class BaseFeatures(NamedTuple):
@@ -120,28 +121,30 @@ class GaussianCondition:
 
     @classmethod
     def build(cls, B, mu, cov) -> GaussianCondition:
-        """Split ``N(mu, cov)`` by ``beta = B theta`` (closed-form Gaussian conditioning)."""
+        """Split ``N(mu, cov)`` by ``beta = B theta`` (closed-form Gaussian conditioning).
+
+        numpy float64 fields; raises ``ValueError`` when ``cov`` is singular on the directions
+        beta leaves free.
+        """
         B, mu, cov = (np.asarray(a, np.float64) for a in (B, mu, cov))
         b, p = B.shape
         if mu.shape != (p,) or cov.shape != (p, p):
             raise ValueError(f"mu {mu.shape} and cov {cov.shape} do not match B {B.shape}")
         cov = 0.5 * (cov + cov.T)
-        S = B @ cov @ B.T
-        gain = np.linalg.solve(S, B @ cov).T
-        cond = cov - gain @ S @ gain.T
-        w, V = np.linalg.eigh(0.5 * (cond + cond.T))
-        keep = np.argsort(w)[::-1][: p - b]
-        if np.any(w[keep] <= 0):
+        with jax.ensure_compile_time_eval():
+            parts = _split(jnp.asarray(B), jnp.asarray(mu), jnp.asarray(cov))
+        beta_chol, gain, null_factor, w = (np.asarray(x, np.float64) for x in parts)
+        if np.any(w <= 0):
             raise ValueError("the theta covariance is singular on the directions beta leaves free")
-        return cls(
-            B=B,
-            mu=mu,
-            cov=cov,
-            beta_mean=B @ mu,
-            beta_chol=np.linalg.cholesky(S),
-            gain=gain,
-            null_factor=V[:, keep] * np.sqrt(w[keep])[None, :],
-        )
+        return cls(B, mu, cov, B @ mu, beta_chol, gain, null_factor)
+
+    @classmethod
+    def traced(cls, B: Array, mu: np.ndarray, cov: np.ndarray) -> GaussianCondition:
+        """The same split for a ``B`` (b, p) computed inside a jitted function (no checks;
+        ``mu``, ``cov`` stay numpy constants)."""
+        dtype = B.dtype
+        beta_chol, gain, null_factor, _ = _split(B, jnp.asarray(mu, dtype), jnp.asarray(cov, dtype))
+        return cls(B, mu, cov, B @ jnp.asarray(mu, dtype), beta_chol, gain, null_factor)
 
     def representative(self, beta: Array) -> Array:
         """``E[theta | beta]`` (p,) under ``G``: affine in beta, ``B theta = beta``."""
@@ -154,6 +157,20 @@ class GaussianCondition:
         """Base parameters (b,) of the whitened coordinate ``z`` (b,)."""
         dtype = z.dtype
         return jnp.asarray(self.beta_mean, dtype) + jnp.asarray(self.beta_chol, dtype) @ z
+
+
+def _split(B: Array, mu: Array, cov: Array):
+    """``(chol(B cov B^T), gain, null_factor, eigenvalues kept)`` of :class:`GaussianCondition`:
+    ``gain = cov B^T (B cov B^T)^-1`` and the ``p - b`` leading eigenpairs of the conditional
+    covariance ``cov - gain B cov`` (largest first)."""
+    b, p = B.shape
+    S = B @ cov @ B.T
+    S = 0.5 * (S + S.T)
+    gain = jnp.linalg.solve(S, B @ cov).T
+    cond = cov - gain @ S @ gain.T
+    w, V = jnp.linalg.eigh(0.5 * (cond + cond.T))  # ascending
+    w, V = w[b:][::-1], V[:, b:][:, ::-1]
+    return jnp.linalg.cholesky(S), gain, V * jnp.sqrt(jnp.clip(w, 0.0))[None, :], w
 
 
 def consistency_lmi(beta: Array, condition: GaussianCondition, reference=None):
@@ -251,23 +268,32 @@ class IdentifiableModel:
 
     @functools.cached_property
     def completer(self):
-        """Jitted ``(keys (D,), beta (D, b)) -> (theta (D, p), ok (D,), margin (D,))``."""
-        condition, steps = self.condition, self.completion_steps
-        reference = self.reference_theta
-        return jax.jit(
-            jax.vmap(
-                lambda k, b: truncated_conditional(
-                    k, b, condition, steps=steps, reference=reference
-                )
-            )
-        )
+        """Jitted ``(keys (D,), sites {site: (D, ...)}) -> (theta (D, p), ok (D,), margin (D,))``
+        over the sites of :attr:`completion_sites`."""
+        steps, reference = self.completion_steps, self.reference_theta
+
+        def one(key, sample):
+            condition = self.condition_at(sample)
+            beta = condition.beta(sample[BASE_SITE])
+            return truncated_conditional(key, beta, condition, steps=steps, reference=reference)
+
+        return jax.jit(jax.vmap(one))
+
+    @property
+    def completion_sites(self) -> tuple[str, ...]:
+        """The latent sites that fix theta's Gaussian conditional: the base coordinates."""
+        return (BASE_SITE,)
+
+    def condition_at(self, sample: dict) -> GaussianCondition:
+        """The split of the theta prior at the draw's kinematics (known here: always the same)."""
+        return self.condition
 
     @functools.cached_property
     def reference_theta(self) -> np.ndarray:
         """(p,) the robot's nominal theta if physically consistent, else the prior mean: the
         scale of the consistency blocks (the identified parts of a thin link are small at any
         scale fit to that link)."""
-        nominal = np.asarray(self.robot.nominal.theta, np.float64).reshape(-1)
+        nominal = np.asarray(self.dynamics_robot.nominal.theta, np.float64).reshape(-1)
         J = pseudo_inertia_np(nominal.reshape(-1, 10))
         return nominal if np.all(np.linalg.eigvalsh(J)[..., 0] > 0) else self.condition.mu
 
@@ -289,7 +315,8 @@ class IdentifiableModel:
 
     @property
     def dynamics_robot(self) -> bn.Robot:
-        return self.source.robot
+        """The robot whose frames theta refers to (no-Kin DiffNEA: its z-axis form)."""
+        return self.source.family.dynamics_robot
 
     @property
     def likelihood(self):
@@ -334,6 +361,11 @@ class IdentifiableModel:
         return self.source.noise_sites
 
     @property
+    def placement_sites(self) -> tuple:
+        """Latent joint-placement sites (none: the kinematics are known)."""
+        return ()
+
+    @property
     def base_names(self) -> tuple[str, ...]:
         """Readable expression of each base parameter in theta's entries."""
         return self.base.names
@@ -342,16 +374,19 @@ class IdentifiableModel:
 
     def beta(self, sample: dict) -> Array:
         """Base parameters (b,) of one draw."""
-        return self.condition.beta(sample[BASE_SITE])
+        return self.condition_at(sample).beta(sample[BASE_SITE])
+
+    def kinematics(self, sample: dict, dtype) -> tuple[Array, Array]:
+        """Joint placements ``(rpy (n, 3), xyz (n, 3))`` of one draw: the robot's, known here."""
+        return self.source.family.nominal_kinematics(dtype)
 
     def params(self, sample: dict) -> bn.RobotParams:
-        """Rigid-body parameters with the representative theta ``E[theta | beta]`` (n, 10)."""
-        theta = self.condition.representative(self.beta(sample)).reshape(self.robot.n, 10)
-        nominal = self.robot.nominal
-        dtype = theta.dtype
-        return bn.RobotParams(
-            theta, jnp.asarray(nominal.rpy, dtype), jnp.asarray(nominal.xyz, dtype)
-        )
+        """Rigid-body parameters with the representative theta ``E[theta | beta]`` (n, 10) for
+        :attr:`dynamics_robot`."""
+        condition = self.condition_at(sample)
+        beta = condition.beta(sample[BASE_SITE])
+        theta = condition.representative(beta).reshape(self.robot.n, 10)
+        return bn.RobotParams(theta, *self.kinematics(sample, theta.dtype))
 
     def physical(self, sample: dict) -> dict:
         """``base_parameters`` (b,), actuator coefficients (n,) each and noise scales (n,)."""
@@ -363,7 +398,7 @@ class IdentifiableModel:
 
     def qdd_fn(self, sample: dict):
         """``f(q, qd, tau_d) -> qdd`` (n,) of one draw (actuator then ABA); pure, vmappable."""
-        actuator, robot = self.actuator, self.robot
+        actuator, robot = self.actuator, self.dynamics_robot
         params = self.params(sample)
 
         def f(q, qd, tau_d):
@@ -378,7 +413,7 @@ class IdentifiableModel:
         """``g(q, qd, qdd) -> tau_d`` (n,) of one draw (RNEA then the actuator's inverse)."""
         if not self.actuator.invertible:
             self.actuator.command(sample, None, None, None)  # raises with the reason
-        actuator, robot = self.actuator, self.robot
+        actuator, robot = self.actuator, self.dynamics_robot
         params = self.params(sample)
 
         def g(q, qd, qdd):
@@ -393,7 +428,8 @@ class IdentifiableModel:
         """Latent values at the prior medians (``base_z = 0``: ``beta = B mu``)."""
         dtype = dtype or jnp.result_type(float)
         key = jax.random.key(0) if key is None else key
-        out = {BASE_SITE: jnp.zeros(self.base.n_base, dtype)}
+        out = {s.site: s.init(dtype) for s in self.placement_sites}
+        out[BASE_SITE] = jnp.zeros(self.base.n_base, dtype)
         out.update(self.actuator.init_sample(key, dtype))
         out.update({s.site: s.init(dtype) for s in self.noise_sites})
         return out
@@ -417,9 +453,9 @@ class IdentifiableModel:
             body has the draw's base parameters (:func:`truncated_conditional`); ``theta`` and
             ``virtual`` are NaN there.
         """
-        beta = jax.vmap(self.beta)({BASE_SITE: jnp.asarray(samples[BASE_SITE])})
-        keys = jax.random.split(key, beta.shape[0])
-        theta, ok, margin = self.completer(keys, beta)
+        sites = {k: jnp.asarray(samples[k]) for k in self.completion_sites}
+        keys = jax.random.split(key, sites[BASE_SITE].shape[0])
+        theta, ok, margin = self.completer(keys, sites)
         n = self.robot.n
         theta = jnp.where(ok[:, None], theta, jnp.nan).reshape(-1, n, 10)
         safe = jnp.where(ok[:, None, None], theta, self.condition.mu.reshape(n, 10))
@@ -511,10 +547,10 @@ class IdentifiableModel:
     def sample_latent(self, dtype) -> dict:
         """Declare the latent sites (inside a NumPyro model); returns one draw."""
         b = self.base.n_base
-        z = numpyro.sample(
+        sample = {s.site: s.sample(dtype) for s in self.placement_sites}
+        sample[BASE_SITE] = numpyro.sample(
             BASE_SITE, dist.Normal(jnp.zeros(b, dtype), jnp.ones(b, dtype)).to_event(1)
         )
-        sample = {BASE_SITE: z}
         sample.update(self.actuator.sample(dtype))
         sample.update({s.site: s.sample(dtype) for s in self.noise_sites})
         return sample
@@ -567,6 +603,81 @@ class IdentifiableModel:
             numpyro.sample(site, self.source.noise_dist(pred, sample, key, 1), obs=obs)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class KinematicIdentifiableModel(IdentifiableModel):
+    """``nokin-diffnea`` (learned placements) in kinematics-conditional base coordinates.
+
+    With the placements ``k`` latent the base parameters move with them:
+    ``beta(k) = B(k) theta`` with ``B(k) = [I  K(k)]`` on the pivot columns of the nominal
+    placements (``theta_dep`` expressed through ``theta_ind``; ``K(k)`` is the least-squares
+    solution of ``W_ind(k) K = W_dep(k)`` for the regressor ``W(k)`` stacked at fixed random
+    states, smooth in ``k`` while its rank is that of the nominal placements). The prior is
+    generative as in the module docstring, now at each ``k``: placements from the family's
+    prior, ``beta | k ~ N(B(k) mu, B(k) Sigma B(k)^T)`` through the whitened ``base_z``, theta
+    given ``(k, beta)`` from ``G``'s conditional truncated to the consistent bodies; so the joint
+    prior of ``(k, theta)`` is the family prior on placements times ``G``. The likelihood depends
+    on ``(k, beta)`` only; NUTS moves in ``(k, base_z)``, actuator and noise coordinates.
+
+    Fields (beyond :class:`IdentifiableModel`): ``basis_states`` ``(q, qd, qdd)`` (S, n) the
+    states whose stacked regressor defines ``B(k)``. ``base`` and ``condition`` are those of the
+    nominal placements (``base_names`` name the pivot structure).
+    """
+
+    basis_states: tuple = ()
+
+    @property
+    def placement_sites(self) -> tuple:
+        family = self.source.family
+        return (family.rpy, family.xyz)
+
+    @property
+    def completion_sites(self) -> tuple[str, ...]:
+        return (BASE_SITE, *(s.site for s in self.placement_sites))
+
+    def kinematics(self, sample: dict, dtype) -> tuple[Array, Array]:
+        family = self.source.family
+        return family.rpy.value(sample).astype(dtype), family.xyz.value(sample).astype(dtype)
+
+    def basis(self, rpy: Array, xyz: Array) -> Array:
+        """``B(k)`` (b, 10 n) at placements ``rpy``, ``xyz`` (n, 3): identity on the pivot
+        columns, ``K(k)`` on the others (QR least squares of the stacked regressor)."""
+        robot, base = self.dynamics_robot, self.base
+        dtype = rpy.dtype
+        n, b = robot.n, base.n_base
+        theta = jnp.zeros((n, 10), dtype)  # the regressor does not depend on theta
+        params = bn.RobotParams(theta, rpy, xyz)
+        q, qd, qdd = (jnp.asarray(x, dtype) for x in self.basis_states)
+        W = jax.vmap(lambda a, v, c: bn.joint_torque_regressor(robot, a, v, c, params=params))(
+            q, qd, qdd
+        ).reshape(-1, 10 * n)
+        ind, dep = np.asarray(base.independent), np.asarray(base.dependent)
+        B = jnp.zeros((b, 10 * n), dtype).at[:, ind].set(jnp.eye(b, dtype=dtype))
+        if dep.size == 0:
+            return B
+        Q, R = jnp.linalg.qr(W[:, ind])
+        K = jax.scipy.linalg.solve_triangular(R, Q.T @ W[:, dep], lower=False)
+        return B.at[:, dep].set(K)
+
+    def condition_at(self, sample: dict) -> GaussianCondition:
+        dtype = sample[BASE_SITE].dtype
+        B = self.basis(*self.kinematics(sample, dtype))
+        return GaussianCondition.traced(B, self.condition.mu, self.condition.cov)
+
+    def physical(self, sample: dict) -> dict:
+        """As :meth:`IdentifiableModel.physical` (base parameters at the draw's placements),
+        plus the placements ``rpy``, ``xyz`` (n, 3)."""
+        out = super().physical(sample)
+        out["rpy"], out["xyz"] = self.kinematics(sample, sample[BASE_SITE].dtype)
+        return out
+
+    def prepare(self, data: ModelData) -> ModelData:
+        """The checked data: the placements are latent, so there are no fixed features."""
+        self.check(data)
+        if isinstance(data, BaseFeatures):
+            return ModelData(data.q, data.qd, data.qdd, data.tau)
+        return data
+
+
 def spd_solve(M: Array, rhs: Array) -> Array:
     """``M^-1 rhs`` for a batch of small symmetric positive definite ``M`` (..., n, n), (..., n).
 
@@ -597,8 +708,10 @@ def _virtual(theta):
 
 def _prior_latent(model: IdentifiableModel, key, num: int, dtype) -> dict:
     """Latent sites drawn from their priors (num, ...)."""
-    k_base, k_act, k_noise = jax.random.split(key, 3)
+    k_base, k_act, k_noise, k_place = jax.random.split(key, 4)
     out = {BASE_SITE: jax.random.normal(k_base, (num, model.base.n_base), dtype)}
+    for k, s in zip(jax.random.split(k_place, 2), model.placement_sites, strict=False):
+        out[s.site] = jax.vmap(lambda kk, s=s: s.draw(kk, dtype))(jax.random.split(k, num))
     sites = (
         [*model.actuator.coefficient_sites] if hasattr(model.actuator, "coefficient_sites") else []
     )
@@ -629,11 +742,13 @@ def identifiable_model(
     spec = getattr(model, "spec", None)
     if not hasattr(model, "family") or not hasattr(spec, "to_json"):
         raise ValueError(f"expected a models.BayesianModel, got {type(model).__name__}")
-    if model.family.learns_kinematics or not (
-        model.family.linear_in_theta and model.family.consistent_theta
+    if not (
+        model.family.consistent_theta
+        and (model.family.linear_in_theta or model.family.learns_kinematics)
+        and model.family.white_box
     ):
         raise ValueError(
-            f"the identifiable geometry needs known kinematics (family 'diffnea'), got "
+            f"the identifiable geometry takes the families 'diffnea' and 'nokin-diffnea', got "
             f"{spec.family!r}"
         )
     if spec.actuator not in ("ideal", "viscous", "stribeck"):
@@ -646,6 +761,13 @@ def identifiable_model(
             f"the identifiable geometry takes the likelihoods ['forward', 'inverse'], got "
             f"{spec.likelihood!r}"
         )
-    base = bn.base_parameters(model.robot, 0)
     mu, cov = theta_moments(model, draws=moment_draws, seed=seed)
-    return IdentifiableModel(model, base, GaussianCondition.build(base.to_base, mu, cov))
+    if not model.family.learns_kinematics:
+        base = bn.base_parameters(model.robot, 0)
+        return IdentifiableModel(model, base, GaussianCondition.build(base.to_base, mu, cov))
+    robot = model.family.dynamics_robot  # placements learned on the z-axis form
+    base = bn.base_parameters(robot, 0)  # pivot structure at the nominal placements
+    states = tuple(np.asarray(x) for x in bn.sample_states(robot, BASIS_STATES_KEY, BASIS_STATES))
+    return KinematicIdentifiableModel(
+        model, base, GaussianCondition.build(base.to_base, mu, cov), basis_states=states
+    )

@@ -27,18 +27,22 @@ SMALL = CalibrationSettings(
 def test_reduced_sbc_is_calibrated_on_the_cartpole():
     out = sbc_batch("cartpole", "diffnea/viscous/informative", 0, SMALL)
     assert out["map_converged"], out["map_message"]
-    # 100 draws after 100 warm-up steps on 30 states: measured 3 divergences here (seed 3,
-    # per-replicate Newton MAPs; 1 with the earlier joint Newton)
-    assert out["divergences"] <= 5
+    reps = out["replicates"]
+    # one chain per replicate, 100 draws after 100 warm-up steps on 30 states
+    assert sum(r["divergences"] for r in reps) == out["divergences"]
+    kept = [r for r in reps if r["divergences"] == 0]
+    print("divergences per replicate", [r["divergences"] for r in reps])
+    assert len(kept) >= 7
     record = {"system": "cartpole", "variant": "v", "settings": SMALL, "metrics": out}
     rows = summarise([record])
     assert len(rows) == 8  # 4 base parameters, 2 viscous coefficients, 2 noise scales
-    assert all(r["replicates"] == 10 for r in rows)
+    assert all(r["replicates"] == len(kept) for r in rows)  # divergent chains left out
     # no quantity fails uniformity at family-wise 0.01 (Bonferroni over the 8)
     assert all(r["uniform"] for r in rows), summary_table(rows)
-    # pooled 90 % coverage over 80 intervals: binomial(80, 0.9) has 99.9 % of its mass in [62, 79]
+    # pooled 90 % coverage of the 8 x kept intervals within binomial's central 99.9 %
     covered = sum(round(r["cover90"] * r["replicates"]) for r in rows)
-    assert 62 <= covered <= 80, summary_table(rows)
+    lo, hi = stats.binom.ppf([0.0005, 0.9995], 8 * len(kept), 0.9)
+    assert lo <= covered <= hi, summary_table(rows)
     json.dumps(out)  # records are JSON
 
 
@@ -84,7 +88,7 @@ def test_summary_statistics_match_scipy():
         )
         for s, d, k in ((10.0, 0, 7.0), (30.0, 4, 15.0), (20.0, 1, 31.0))
     ]
-    # 3 batches, 5 divergences in 2 of them, median/max steps 15/31, 3 x 10 failed MAPs, 20 s
+    # 3 batches, 5 divergences in 2 of them (counts per batch here), median/max steps 15/31, 3 x 10 failed MAPs, 20 s
     assert "| s | v | 3 | 5 (2) | 15, 31 | 30 | 20 |" in batch_table(fits)
     with pytest.raises(ValueError, match="replicates"):
         from analysis.calibration import run_calibration

@@ -219,10 +219,8 @@ def test_nuts_matches_closed_form_linear_gaussian_posterior(metric):
     assert np.isnan(post["virtual"].values[~ok]).all()
 
 
-def test_rejects_models_without_known_kinematics():
+def test_rejects_network_actuators_and_bad_polish_options():
     robot = bn.get_system("cartpole")
-    with pytest.raises(ValueError, match="known kinematics"):
-        identifiable_model(build_model("nokin-diffnea/viscous/informative", robot))
     with pytest.raises(ValueError, match="actuators"):
         identifiable_model(build_model("diffnea/nn-friction/informative", robot))
     with pytest.raises(ValueError, match="max_iter"):
