@@ -227,8 +227,9 @@ def run_main_job(
 
 
 def identifiable_where_possible(model):
-    """``(model, geometry)``: the identifiable-geometry version of a ``diffnea`` model with a
-    non-network actuator (``models.identifiable``), else the model unchanged."""
+    """``(model, geometry)``: the identifiable-geometry version of a ``diffnea`` or
+    ``nokin-diffnea`` model with a non-network actuator (``models.identifiable``), else the model
+    unchanged."""
     try:
         return identifiable_model(model), "identifiable"
     except ValueError:  # another family or a network actuator: no base-parameter coordinates

@@ -51,5 +51,9 @@ def test_true_identified_matches_the_data_generating_dynamics():
         y_base = regressor @ np.asarray(base.to_theta)
         np.testing.assert_allclose(y_base @ truth["base_parameters"], tau, atol=1e-9)
     np.testing.assert_array_equal(truth["viscous"], dataset.true_params["viscous"])
-    whitened = build_model("nokin-diffnea/viscous/informative", robot)
-    assert identifiable_where_possible(whitened) == (whitened, "whitened")
+    # learned placements have kinematics-conditional base coordinates; a network actuator has none
+    nokin, geometry = identifiable_where_possible(build_model("nokin-diffnea/viscous/informative", robot))
+    assert geometry == "identifiable" and nokin.placement_sites
+    assert "base_parameters" not in true_identified(nokin, dataset)  # B(k) moves with k
+    network = build_model("diffnea/nn-friction/informative", robot)
+    assert identifiable_where_possible(network) == (network, "whitened")
