@@ -17,7 +17,8 @@ numpy's QR has no pivoting and scipy is not a dependency, so :func:`pivoted_qr` 
 Householder QR with column pivoting (Businger & Golub 1965) in numpy: at each step the remaining
 column of largest norm is moved to the front, so ``|R_kk|`` is non-increasing and the rank is the
 number of ``|R_kk| > rtol |R_00|``. ``K`` is then the least-squares solution of ``W_1 K = W_2``.
-Everything is deterministic given the key: ties in column norms go to the lowest index.
+Everything is deterministic given the key: columns whose norms tie to ``TIE_RTOL`` go to the
+lowest theta index, whatever the rounding of the CPU.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from bayes_nea.spatial import THETA_NAMES
 Array = jax.Array
 
 DEFAULT_RTOL = 1e-9
+# column norms equal to this relative tolerance are a tie (exactly equal norms in exact
+# arithmetic differ in their last bits between CPUs and XLA builds)
+TIE_RTOL = 1e-8
 
 
 def pivoted_qr(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,7 +57,10 @@ def pivoted_qr(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     k_max = min(m, p)
     for k in range(k_max):
         norms = np.linalg.norm(A[k:, k:], axis=0)
-        j = k + int(np.argmax(norms))  # first maximum: deterministic
+        # columns whose remaining norms tie (to TIE_RTOL) are equivalent pivots: take the one
+        # first in theta order, so that rounding (which differs between CPUs) cannot choose
+        tied = np.flatnonzero(norms >= (1.0 - TIE_RTOL) * norms.max())
+        j = k + int(tied[np.argmin(perm[k:][tied])])
         if j != k:
             A[:, [k, j]] = A[:, [j, k]]
             perm[[k, j]] = perm[[j, k]]

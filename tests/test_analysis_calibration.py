@@ -37,8 +37,12 @@ def test_reduced_sbc_is_calibrated_on_the_cartpole():
     rows = summarise([record])
     assert len(rows) == 8  # 4 base parameters, 2 viscous coefficients, 2 noise scales
     assert all(r["replicates"] == len(kept) for r in rows)  # divergent chains left out
-    # no quantity fails uniformity at family-wise 0.01 (Bonferroni over the 8)
-    assert all(r["uniform"] for r in rows), summary_table(rows)
+    # ~10 replicates are too few for a 10-bin test per quantity (expected counts ~1: the
+    # chi-square approximation fails); pooled over the 8 quantities, 7 bins of 3 rank values
+    # (ranks 0..20), ~11 expected each
+    ranks = np.array([q["rank"] for r in kept for q in r["quantities"].values()])
+    counts = np.histogram(ranks, bins=7, range=(0, SMALL["ranks"] + 1))[0]
+    assert stats.chisquare(counts).pvalue > 1e-3, (counts, summary_table(rows))
     # pooled 90 % coverage of the 8 x kept intervals within binomial's central 99.9 %
     covered = sum(round(r["cover90"] * r["replicates"]) for r in rows)
     lo, hi = stats.binom.ppf([0.0005, 0.9995], 8 * len(kept), 0.9)

@@ -119,6 +119,13 @@ def test_pivoted_qr_on_matrices_of_known_rank():
         base = base_parameters_from_matrix(A)
         np.testing.assert_allclose(A[:, list(base.independent)] @ base.to_base, A, atol=1e-9 * np.abs(A).max())
         assert 3 in base.dependent
+    # equal columns whose norms differ by rounding: the first in theta order is the pivot, as
+    # on any CPU (without the tie rule the larger norm, column 7, would be taken)
+    A = rng.normal(size=(50, 12))
+    A[:, 7] = A[:, 2] * (1 + 1e-13)
+    base = base_parameters_from_matrix(A)
+    assert 2 in base.independent and 7 in base.dependent
+    assert base.to_base[base.independent.index(2), 7] == pytest.approx(1.0, rel=1e-9)
 
 
 def test_errors():

@@ -204,12 +204,17 @@ def test_nuts_matches_closed_form_linear_gaussian_posterior(metric):
     assert fit.attrs["settings"]["metric"] == metric
     beta = np.asarray(fit.idata["posterior"]["base_parameters"].values).reshape(-1, mean.size)
     sd = np.sqrt(np.diag(cov))
-    # MCSE of the mean with ESS >= 300 draws: sd / sqrt(300); 5 MCSE
-    np.testing.assert_array_less(np.abs(beta.mean(0) - mean), 5 * sd / np.sqrt(300))
-    np.testing.assert_allclose(beta.std(0), sd, rtol=0.15)
+    diagnostics = fit.diagnostics()
+    ess = diagnostics["ess_bulk_min"]
+    assert ess >= 200, diagnostics
+    # Monte Carlo errors at the chain's own ESS, 5 standard errors: mean sd / sqrt(ESS), sd
+    # about sd / sqrt(2 ESS), a correlation r about (1 - r^2) / sqrt(ESS)
+    np.testing.assert_array_less(np.abs(beta.mean(0) - mean), 5 * sd / np.sqrt(ess))
+    np.testing.assert_allclose(beta.std(0), sd, rtol=5 / np.sqrt(2 * ess))
     corr_ref = cov / np.outer(sd, sd)
-    np.testing.assert_allclose(np.corrcoef(beta.T), corr_ref, atol=0.12)
-    assert fit.diagnostics()["divergences"] == 0
+    err = np.abs(np.corrcoef(beta.T) - corr_ref)
+    np.testing.assert_array_less(err, 5 * (1 - corr_ref**2) / np.sqrt(ess) + 1e-9)
+    assert diagnostics["divergences"] == 0
     post = fit.idata["posterior"]
     # rejection completes most draws here; failures are flagged, never returned inconsistent
     ok = post["completion_ok"].values
@@ -366,7 +371,8 @@ def test_completion_where_rejection_fails(system, prior):
     if system == "furuta":
         # I_xx of the pendulum (about its joint axis) is the trace of its identified 2 x 2
         # second-moment block: a negative one leaves no consistent body
-        betas[1, 3] = -abs(beta[3])
+        k = m.base_names.index("I_xx[pendulum_link]")
+        betas[1, k] = -abs(beta[k])
     z = np.stack([_z_of(m, b) for b in betas])
     comp = m.complete(jax.random.key(0), {BASE_SITE: jnp.asarray(z)})
     ok = comp["completion_ok"]

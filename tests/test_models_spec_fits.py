@@ -109,8 +109,19 @@ def test_sufficient_statistics_are_used_and_exact(cartpole, trajectories):
         for m in (exact, per_sample)
     ]
     a, b = (f.posterior_samples() for f in fits)
+    # the same log density and gradient at the fitted point (exact statistics, not a fit of
+    # another objective); the two Adam paths themselves differ by amplified rounding
+    point = {site: jnp.asarray(v[0]) for site, v in a.items()}
+    lp = [
+        jax.value_and_grad(lambda p, m=m: log_density(m.model, (m.prepare(data),), {}, p)[0])(point)
+        for m in (exact, per_sample)
+    ]
+    np.testing.assert_allclose(float(lp[0][0]), float(lp[1][0]), rtol=1e-8)  # cancellation
+    for site in point:
+        scale = np.abs(np.asarray(lp[1][1][site])).max() + 1.0
+        np.testing.assert_allclose(lp[0][1][site], lp[1][1][site], rtol=1e-6, atol=1e-8 * scale)
     for site in a:
-        np.testing.assert_allclose(a[site], b[site], rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(a[site], b[site], rtol=1e-3, atol=1e-6)
     # the pointwise log-likelihood of the exact fit is still per sample
     assert fits[0].idata["log_likelihood"]["obs_tau"].shape[2] == data.q.shape[0]
     assert json.loads(fits[0].idata.attrs["model_spec"])["likelihood"] == "inverse"
