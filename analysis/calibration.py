@@ -3,8 +3,10 @@
 One replicate: draw a truth from the prior (:meth:`models.identifiable.IdentifiableModel.sample_prior`:
 base parameters, friction coefficients, noise scales, and a consistent theta), simulate data from
 it (uniform states, random efforts, forward dynamics plus the drawn noise), fit the posterior
-(Newton MAP, then NUTS from it with the Laplace metric) and record the rank of the truth among
-``L`` thinned posterior draws for every base parameter, friction coefficient and noise scale. If
+(Newton MAP, then NUTS from it with the Laplace metric), keep the draws whose base parameters
+some consistent body has (the truths' prior is restricted so: :func:`consistent_draws`) and
+record the rank of the truth among ``L`` of them, evenly spaced, for every base parameter,
+friction coefficient and noise scale. If
 the posterior is the exact posterior of the prior that generated the truth, every rank is uniform
 on ``0..L`` and every central ``p`` interval covers the truth in a fraction ``p`` of replicates.
 
@@ -48,7 +50,7 @@ from models import ModelData, build_model
 from models._sites import characteristic_scales
 from models.identifiable import identifiable_model
 
-RECORD_SCHEMA = 3  # 2: every (system, variant) its own key (cell_key); 3: a chain per replicate
+RECORD_SCHEMA = 4  # 2: own key per cell (cell_key); 3: a chain per replicate; 4: consistent draws
 SYSTEMS = ("cartpole", "furuta")
 VARIANTS = ("diffnea/viscous/informative", "diffnea/stribeck/informative")
 
@@ -201,6 +203,21 @@ def replicate_nuts(model, data, point: dict, metric, key, *, num_warmup: int, nu
     return jax.tree.map(swap, draws), swap(steps), swap(diverging)
 
 
+def consistent_draws(model, draws: dict, key) -> np.ndarray:
+    """(D, R) bool: whether some physically consistent body has each draw's base parameters.
+
+    The truths come from the prior restricted to such base parameters
+    (:meth:`models.identifiable.IdentifiableModel.sample_prior` redraws the others); the
+    sampler's Gaussian prior on ``beta`` is not restricted, and its posterior restricted to the
+    draws with a consistent completion is the posterior of the truths' prior. Phase 1 of the
+    completion decides (no hit-and-run moves are needed for the flag).
+    """
+    D, R = jax.tree.leaves(draws)[0].shape[:2]
+    flat = {k: np.asarray(v).reshape(D * R, *np.shape(v)[2:]) for k, v in draws.items()}
+    ok = dataclasses.replace(model, completion_steps=1).complete(key, flat)["completion_ok"]
+    return np.asarray(ok).reshape(D, R)
+
+
 def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dict]:
     """``settings["batch_size"]`` SBC replicates (module docstring) fitted jointly; one record each.
 
@@ -245,16 +262,21 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
     true = _identified(
         model, {k: np.asarray(v) for k, v in jax.vmap(model.physical)(truth).items()}
     )
-    thin = s.num_samples // s.ranks
+    consistent = consistent_draws(model, draws, jax.random.fold_in(k_fit, 1))  # (D, R)
     records = []
     for r in range(R):
+        keep = np.flatnonzero(consistent[:, r])
+        enough = keep.size >= s.ranks  # else left out of the summary (a data-only choice)
+        keep = keep if enough else np.arange(consistent.shape[0])
+        # L draws evenly spaced over the kept ones (all kept: every (D / L)-th draw)
+        ranked = keep[(np.arange(1, s.ranks + 1) * keep.size) // s.ranks - 1]
         quantities = {}
         for name, values in post.items():
-            v = values[:, r]
+            v = values[keep, r]
             t = float(true[name][r])
             lo50, hi50, lo90, hi90 = np.quantile(v, [0.25, 0.75, 0.05, 0.95])
             quantities[name] = {
-                "rank": int(np.sum(v[thin - 1 :: thin] < t)),
+                "rank": int(np.sum(values[ranked, r] < t)),
                 "truth": t,
                 "mean": float(v.mean()),
                 "sd": float(v.std()),
@@ -268,6 +290,7 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
                 "truth_completion_margin": float(completion["completion_margin"][r]),
                 "map_converged": bool(map_ok[r]),
                 "divergences": int(diverging[:, r].sum()),
+                "consistent_draws": float(consistent[:, r].mean()),
                 "leapfrog_per_draw": float(steps[:, r].mean()),
             }
         )
@@ -418,7 +441,8 @@ def _replicates(records: list[dict]) -> dict[tuple, list[dict]]:
     Replicates whose Newton MAP did not converge (NUTS then started from a non-stationary point
     with a floored metric) are left out (in records without per-replicate flags, the whole
     batch), and so are replicates whose own NUTS chain diverged (a fit that reports divergences
-    is not converged, as a user would be told). Both choices depend on the data and the
+    is not converged, as a user would be told), and replicates with fewer than ``L`` draws of a
+    consistent body. These choices depend on the data and the
     sampler's randomness only, never on the truth, so the ranks of the kept replicates stay
     uniform under a correct posterior (given the data, the truth is a draw from it);
     :func:`batch_table` reports how many were left out.
@@ -428,7 +452,12 @@ def _replicates(records: list[dict]) -> dict[tuple, list[dict]]:
         metrics = r["metrics"]
         batch_ok = metrics.get("map_converged", True)
         for rep in metrics["replicates"]:
-            if not rep.get("map_converged", batch_ok) or rep.get("divergences", 0) > 0:
+            if (
+                not rep.get("map_converged", batch_ok)
+                or rep.get("divergences", 0) > 0
+                or rep.get("consistent_draws", 1.0) * r["settings"]["num_samples"]
+                < r["settings"]["ranks"]
+            ):
                 continue
             groups.setdefault((r["system"], r["variant"]), []).append(
                 dict(rep, ranks=r["settings"]["ranks"])

@@ -33,6 +33,7 @@ def test_reduced_sbc_is_calibrated_on_the_cartpole():
     kept = [r for r in reps if r["divergences"] == 0]
     print("divergences per replicate", [r["divergences"] for r in reps])
     assert len(kept) >= 7
+    assert all(r["consistent_draws"] >= 0.99 for r in reps)  # cart-pole: every beta has a body
     record = {"system": "cartpole", "variant": "v", "settings": SMALL, "metrics": out}
     rows = summarise([record])
     assert len(rows) == 8  # 4 base parameters, 2 viscous coefficients, 2 noise scales
