@@ -5,7 +5,10 @@ Pinocchio (``pin``), an implementation we did not write, with gravity set explic
 """
 
 import glob
+import os
+import shutil
 import site
+import tempfile
 
 import jax
 import numpy as np
@@ -13,6 +16,38 @@ import pinocchio as pin
 import pytest
 
 import bayes_nea as bn
+
+TEST_CACHE_ENV = "BAYES_NEA_TEST_XLA_CACHE"
+_OWN_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config):
+    """One persistent XLA compilation cache for this test run, shared by the xdist workers and
+    by the command-line subprocesses (``BAYES_NEA_CACHE``): the same programs (a model of the
+    same robot, the same likelihood) are compiled in many tests; a run starts with an empty
+    cache and removes it at the end, so nothing carries over between runs
+    (``BAYES_NEA_TEST_XLA_CACHE=0`` turns it off)."""
+    if TEST_CACHE_ENV not in os.environ:  # the controlling process (or a run without xdist)
+        os.environ[TEST_CACHE_ENV] = tempfile.mkdtemp(prefix="bayes-nea-test-xla-")
+        config.stash[_OWN_CACHE] = os.environ[TEST_CACHE_ENV]
+    if os.environ[TEST_CACHE_ENV] == "0":  # opted out: every program compiled where it runs
+        return
+    jax.config.update("jax_compilation_cache_dir", os.environ[TEST_CACHE_ENV])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def pytest_unconfigure(config):
+    own = config.stash.get(_OWN_CACHE, None)
+    if own:
+        shutil.rmtree(own, ignore_errors=True)
+        os.environ.pop(TEST_CACHE_ENV, None)
+
+
+@pytest.fixture(scope="session")
+def xla_cache_dir() -> str:
+    """The run's shared compilation cache folder (for ``BAYES_NEA_CACHE`` of subprocesses)."""
+    return os.environ[TEST_CACHE_ENV]
 
 
 @pytest.fixture(autouse=True)

@@ -233,12 +233,6 @@ TINY = (
 )
 
 
-@pytest.fixture(scope="module")
-def xla_cache(tmp_path_factory):
-    """One persistent compilation cache for the commands of these tests (as a user's would be)."""
-    return tmp_path_factory.mktemp("xla-cache")
-
-
 def readme_block() -> str:
     section = (ROOT / "README.md").read_text().split("## Your own robot", 1)[1]
     return section.split("```bash\n", 1)[1].split("```", 1)[0]
@@ -250,7 +244,7 @@ def test_example_script_runs_the_readme_commands():
 
 @pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
 @pytest.mark.parametrize("urdf", ["panda", "two-dof"])
-def test_readme_commands_run_on_a_urdf_at_tiny_size(urdf, tmp_path, xla_cache):
+def test_readme_commands_run_on_a_urdf_at_tiny_size(urdf, tmp_path, xla_cache_dir):
     """Every README command in a fresh folder, sizes shrunk (only the numbers of the size flags
     change); for the 2-DoF the URDF and locked joints are swapped for example-robot-data's
     asr TwoDofs arm."""
@@ -270,7 +264,7 @@ def test_readme_commands_run_on_a_urdf_at_tiny_size(urdf, tmp_path, xla_cache):
             line = 'LOCK=""'
         lines.append(line)
     script = "set -euo pipefail\n" + "\n".join(lines) + "\n"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), BAYES_NEA_CACHE=str(xla_cache))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BAYES_NEA_CACHE=xla_cache_dir)  # the run's cache
     done = subprocess.run(
         ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
     )
