@@ -85,12 +85,16 @@ def run_once(args) -> dict:
     return out
 
 
-def identifiable_row(system, actuator, prior, args) -> dict:
-    """One cell of the identifiable-geometry table: Newton MAP then NUTS (Laplace metric).
+def identifiable_row(system, actuator, prior, args, family="diffnea") -> dict:
+    """One cell of the identifiable-geometry table: Newton MAP then NUTS (the model's metric).
 
     Data: ``args.samples`` uniform states with N(0, 1) efforts, accelerations of the nominal
     robot with the prior-median friction of ``diffnea/<actuator>/informative`` (the same data
-    for both priors) plus 5 % noise.
+    for both priors) plus 5 % noise. ``family`` ``"nokin-diffnea"`` learns the placements too
+    (its base parameters at each draw's placements; truth at the nominal ones). Besides the
+    latent sites' R-hat / ESS the row gives those of the identified quantities
+    (``inference.identified``: base parameters, coefficients, noise scales and the predicted
+    accelerations at 20 held-out states).
     """
     import time
 
@@ -100,6 +104,7 @@ def identifiable_row(system, actuator, prior, args) -> dict:
 
     import bayes_nea as bn
     from inference import fit_nuts
+    from inference.identified import identified_summary
     from inference.polish import polish_map
     from models import ModelData, build_model
     from models.identifiable import identifiable_model
@@ -117,7 +122,7 @@ def identifiable_row(system, actuator, prior, args) -> dict:
     )
     data = ModelData(q, qd, qdd, tau)
     t_start = time.perf_counter()
-    model = identifiable_model(build_model(f"diffnea/{actuator}/{prior}", robot))
+    model = identifiable_model(build_model(f"{family}/{actuator}/{prior}", robot))
     data = model.prepare(data)
     point, report = polish_map(model, data, model.init_sample(dtype=dtype))
     t_map = time.perf_counter() - t_start
@@ -140,12 +145,21 @@ def identifiable_row(system, actuator, prior, args) -> dict:
     d = fit.diagnostics()
     post = fit.idata["posterior"]
     ok = np.asarray(post["completion_ok"].values)
-    beta_true = np.asarray(model.base.beta(np.asarray(robot.nominal.theta)))
+    nominal = model.dynamics_robot.nominal
+    if hasattr(model, "basis"):  # learned placements: B at the true (nominal) ones
+        B = np.asarray(model.basis(jnp.asarray(nominal.rpy), jnp.asarray(nominal.xyz)))
+    else:
+        B = np.asarray(model.base.to_base)
+    beta_true = B @ np.asarray(nominal.theta).reshape(-1)
     beta = np.asarray(post["base_parameters"].values).reshape(-1, beta_true.size)
     z = np.abs(beta.mean(0) - beta_true) / beta.std(0)
+    hq, hqd, _ = bn.sample_states(robot, jax.random.PRNGKey(11), 20)
+    htau = jax.random.normal(jax.random.PRNGKey(12), hq.shape, dtype)
+    table = identified_summary(fit, model, states=(hq.astype(dtype), hqd.astype(dtype), htau))
+    accel = table[table.index.str.startswith("qdd_pred")]
     return {
         "system": system,
-        "variant": f"diffnea/{actuator}/{prior}",
+        "variant": f"{family}/{actuator}/{prior}",
         "metric": "{}{}/{:g}".format(
             fit.attrs["settings"]["metric"],
             "-dense"
@@ -161,6 +175,9 @@ def identifiable_row(system, actuator, prior, args) -> dict:
         "rhat_max": d["rhat_max"],
         "ess_bulk_min": d["ess_bulk_min"],
         "divergences": d["divergences"],
+        "rhat_identified_max": float(table["r_hat"].max()),
+        "ess_identified_min": float(table["ess_bulk"].min()),
+        "rhat_qdd_max": float(accel["r_hat"].max()),
         "completed": float(ok.mean()),
         "beta_z_max": float(z.max()),
     }
@@ -171,10 +188,11 @@ def run_identifiable(args) -> list[dict]:
 
     numpyro.set_host_device_count(min(2, os.cpu_count() or 1))
     rows = []
-    for system in args.systems.split(","):
-        for actuator in args.actuators.split(","):
-            for prior in args.priors.split(","):
-                rows.append(identifiable_row(system, actuator, prior, args))
+    for family in args.families.split(","):
+        for system in args.systems.split(","):
+            for actuator in args.actuators.split(","):
+                for prior in args.priors.split(","):
+                    rows.append(identifiable_row(system, actuator, prior, args, family))
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
@@ -183,8 +201,10 @@ def print_identifiable(rows, args) -> None:
     print(
         f"identifiable geometry (models.identifiable), forward likelihood, {args.samples} "
         f"uniform samples; Newton MAP, then NUTS 2 chains x ({args.warmup} warm-up + "
-        f"{args.draws} draws), metric/target acceptance as listed; R-hat/ESS over base parameters, friction "
-        "coefficients and noise scales (the latent sites); total = MAP + NUTS incl. compile"
+        f"{args.draws} draws), metric/target acceptance as listed; rhat_max/ess_bulk_min over the "
+        "latent sites, *_identified over base parameters, coefficients, noise scales and predicted "
+        "accelerations at 20 held-out states (rhat_qdd_max: those alone); total = MAP + NUTS incl. "
+        "compile"
     )
     columns = [
         ("system", "{}"),
@@ -197,6 +217,9 @@ def print_identifiable(rows, args) -> None:
         ("rhat_max", "{:.4f}"),
         ("ess_bulk_min", "{:.0f}"),
         ("divergences", "{}"),
+        ("rhat_identified_max", "{:.4f}"),
+        ("ess_identified_min", "{:.0f}"),
+        ("rhat_qdd_max", "{:.4f}"),
         ("completed", "{:.3f}"),
         ("beta_z_max", "{:.2f}"),
     ]
@@ -227,6 +250,7 @@ def main(argv=None) -> int:
         help="identifiable: the base-parameter table over systems x {viscous, stribeck} x priors",
     )
     p.add_argument("--systems", default="cartpole,furuta")
+    p.add_argument("--families", default="diffnea", help="identifiable: diffnea,nokin-diffnea")
     p.add_argument("--actuators", default="viscous,stribeck")
     p.add_argument("--priors", default="informative,weak")
     p.add_argument("--target-accept", type=float, default=0.8, help="NUTS step-size target")

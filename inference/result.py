@@ -372,8 +372,23 @@ class FitResult:
         return self.spec().robot
 
     def model(self):
-        """The model that was fitted, rebuilt from the stored spec (``models.build``)."""
-        return build(self.spec())
+        """The model that was fitted, rebuilt from the stored spec (``models.build``).
+
+        Raises:
+            ValueError: the rebuilt model's base parameters are not the stored ones (a fit
+                written by a version whose choice of base columns could differ between CPUs).
+        """
+        model = build(self.spec())
+        post = self.idata["posterior"] if "posterior" in self.idata.children else None
+        stored = None if post is None else post.coords.get("base_parameter")
+        names = getattr(model, "base_names", None)
+        if stored is not None and names is not None and list(stored.values) != list(names):
+            raise ValueError(
+                f"the base parameters stored in this result ({list(stored.values)}) are not the "
+                f"ones of its rebuilt model ({list(names)}): it was written by an earlier "
+                "bayes-nea whose choice of base parameters depended on the CPU; refit it"
+            )
+        return model
 
     def data(self) -> dict[str, np.ndarray]:
         """The fitted arrays ``{"q", "qd", "qdd", "tau"}``, each (N, n)."""

@@ -146,3 +146,9 @@ def test_identifiable_geometry_is_a_spec_option_that_round_trips(cartpole, traje
     )
     assert float(lp0) == float(lp1)
     assert {"base_parameters", "theta", "completion_ok"} <= set(loaded.physical_names)
+    # a result whose stored base parameters are not the rebuilt model's is refused, not misread
+    names = list(loaded.idata["posterior"].coords["base_parameter"].values)
+    post = loaded.idata["posterior"].to_dataset()
+    loaded.idata["posterior"] = post.assign_coords(base_parameter=names[::-1])
+    with pytest.raises(ValueError, match="refit"):
+        loaded.model()
