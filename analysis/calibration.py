@@ -602,14 +602,16 @@ def summary_table(rows: list[dict], *, alpha: float = 0.01) -> str:
 def batch_table(records: list[dict]) -> str:
     """Markdown table of the fits per (system, variant): batches, divergences and the
     replicates whose chain had any (left out of the summary), leapfrog steps per draw (per
-    batch), replicates left out because their own Newton MAP did not converge."""
+    batch), replicates left out because their own Newton MAP did not converge, the mean
+    fraction of draws with a consistent body and the replicates left out for fewer than ``L``."""
     cells: dict[tuple, list[dict]] = {}
     for r in records:
         cells.setdefault((r["system"], r["variant"]), []).append(r["metrics"])
     lines = [
         "| system | variant | batches | divergences (replicates with any) | leapfrog / draw "
-        "(median, max) | MAP not converged | seconds per batch (median) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "(median, max) | MAP not converged | consistent draws (replicates < L) | seconds per "
+        "batch (median) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for (system, variant), ms in sorted(cells.items()):
         reps = [rep for m in ms for rep in m["replicates"]]
@@ -624,9 +626,16 @@ def batch_table(records: list[dict]) -> str:
         seconds = [
             r["seconds"] for r in records if (r["system"], r["variant"]) == (system, variant)
         ]
+        cells_settings = [
+            r["settings"] for r in records if (r["system"], r["variant"]) == (system, variant)
+        ]
+        need = cells_settings[0]["ranks"] / cells_settings[0]["num_samples"]
+        consistent = [rep.get("consistent_draws", 1.0) for rep in reps]
+        consistent_text = f"{np.mean(consistent):.3f} ({sum(c < need for c in consistent)})"
         lines.append(
             f"| {system} | {variant} | {len(ms)} | {sum(div)} ({sum(d > 0 for d in div)}) | "
-            f"{np.median(steps):.0f}, {max(steps):.0f} | {failed} | {np.median(seconds):.0f} |"
+            f"{np.median(steps):.0f}, {max(steps):.0f} | {failed} | {consistent_text} | "
+            f"{np.median(seconds):.0f} |"
         )
     return "\n".join(lines)
 

@@ -87,14 +87,20 @@ def test_summary_statistics_match_scipy():
     flagged = [dict(rep, map_converged=i % 4 != 0) for i, rep in enumerate(reps)]
     partial = dict(record, metrics={"replicates": flagged, "map_converged": False})
     assert summarise([partial])[0]["replicates"] == 30
+    # a replicate with fewer than L = 20 of its 100 draws consistent is left out too
+    few = [dict(rep, consistent_draws=0.1 if i == 1 else 0.9) for i, rep in enumerate(flagged)]
+    assert summarise([dict(partial, metrics={"replicates": few})])[0]["replicates"] == 29
     fits = [
         dict(
             partial, seconds=s, metrics=dict(partial["metrics"], divergences=d, leapfrog_per_draw=k)
         )
         for s, d, k in ((10.0, 0, 7.0), (30.0, 4, 15.0), (20.0, 1, 31.0))
     ]
-    # 3 batches, 5 divergences in 2 of them (counts per batch here), median/max steps 15/31, 3 x 10 failed MAPs, 20 s
-    assert "| s | v | 3 | 5 (2) | 15, 31 | 30 | 20 |" in batch_table(fits)
+    # 3 batches, 5 divergences in 2 of them (counts per batch here), median/max steps 15/31,
+    # 3 x 10 failed MAPs, every draw consistent (no flag recorded), 20 s
+    assert "| s | v | 3 | 5 (2) | 15, 31 | 30 | 1.000 (0) | 20 |" in batch_table(fits)
+    fits[0]["metrics"] = dict(fits[0]["metrics"], replicates=few)  # 40 x 0.9 or 0.1
+    assert "| 30 | 0.960 (1) | 20 |" in batch_table(fits)  # (40 x 0.9 - 0.8 + 80) / 120
     with pytest.raises(ValueError, match="replicates"):
         from analysis.calibration import run_calibration
 
