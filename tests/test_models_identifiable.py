@@ -204,9 +204,11 @@ def test_nuts_matches_closed_form_linear_gaussian_posterior(metric):
     assert fit.attrs["settings"]["metric"] == metric
     beta = np.asarray(fit.idata["posterior"]["base_parameters"].values).reshape(-1, mean.size)
     sd = np.sqrt(np.diag(cov))
-    diagnostics = fit.diagnostics()
-    ess = diagnostics["ess_bulk_min"]
-    assert ess >= 200, diagnostics
+    import arviz as az  # after numpyro (imported by inference): ArviZ's from_numpyro needs it
+
+    diagnostics = fit.diagnostics()  # one chain: no R-hat, ESS from the chain itself
+    ess = min(float(az.ess(beta[None, :, k])) for k in range(mean.size))
+    assert ess >= 200, ess
     # Monte Carlo errors at the chain's own ESS, 5 standard errors: mean sd / sqrt(ESS), sd
     # about sd / sqrt(2 ESS), a correlation r about (1 - r^2) / sqrt(ESS)
     np.testing.assert_array_less(np.abs(beta.mean(0) - mean), 5 * sd / np.sqrt(ess))
