@@ -435,6 +435,12 @@ def load_records(out_dir) -> list[dict]:
     return [r for r in records if r and r["status"] == "ok"]
 
 
+def _too_few_consistent(rep: dict, settings: dict) -> bool:
+    """Whether a replicate had fewer than ``L`` posterior draws with a consistent body."""
+    count = round(rep.get("consistent_draws", 1.0) * settings["num_samples"])  # as recorded
+    return count < settings["ranks"]
+
+
 def _replicates(records: list[dict]) -> dict[tuple, list[dict]]:
     """Batch records flattened to ``{(system, variant): [replicate, ...]}`` (each with ``ranks``).
 
@@ -455,8 +461,7 @@ def _replicates(records: list[dict]) -> dict[tuple, list[dict]]:
             if (
                 not rep.get("map_converged", batch_ok)
                 or rep.get("divergences", 0) > 0
-                or rep.get("consistent_draws", 1.0) * r["settings"]["num_samples"]
-                < r["settings"]["ranks"]
+                or _too_few_consistent(rep, r["settings"])
             ):
                 continue
             groups.setdefault((r["system"], r["variant"]), []).append(
@@ -606,14 +611,15 @@ def batch_table(records: list[dict]) -> str:
     fraction of draws with a consistent body and the replicates left out for fewer than ``L``."""
     cells: dict[tuple, list[dict]] = {}
     for r in records:
-        cells.setdefault((r["system"], r["variant"]), []).append(r["metrics"])
+        cells.setdefault((r["system"], r["variant"]), []).append(r)
     lines = [
         "| system | variant | batches | divergences (replicates with any) | leapfrog / draw "
         "(median, max) | MAP not converged | consistent draws (replicates < L) | seconds per "
         "batch (median) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for (system, variant), ms in sorted(cells.items()):
+    for (system, variant), cell in sorted(cells.items()):
+        ms = [r["metrics"] for r in cell]
         reps = [rep for m in ms for rep in m["replicates"]]
         per_replicate = all("divergences" in rep for rep in reps)  # else: counts per batch
         div = (
@@ -623,15 +629,10 @@ def batch_table(records: list[dict]) -> str:
         )
         steps = [m["leapfrog_per_draw"] for m in ms]
         failed = sum(not rep.get("map_converged", True) for m in ms for rep in m["replicates"])
-        seconds = [
-            r["seconds"] for r in records if (r["system"], r["variant"]) == (system, variant)
-        ]
-        cells_settings = [
-            r["settings"] for r in records if (r["system"], r["variant"]) == (system, variant)
-        ]
-        need = cells_settings[0]["ranks"] / cells_settings[0]["num_samples"]
-        consistent = [rep.get("consistent_draws", 1.0) for rep in reps]
-        consistent_text = f"{np.mean(consistent):.3f} ({sum(c < need for c in consistent)})"
+        seconds = [r["seconds"] for r in cell]
+        consistent = np.mean([rep.get("consistent_draws", 1.0) for rep in reps])
+        few = sum(_too_few_consistent(rep, r["settings"]) for r in cell for rep in r["metrics"]["replicates"])
+        consistent_text = f"{consistent:.3f} ({few})"
         lines.append(
             f"| {system} | {variant} | {len(ms)} | {sum(div)} ({sum(d > 0 for d in div)}) | "
             f"{np.median(steps):.0f}, {max(steps):.0f} | {failed} | {consistent_text} | "
