@@ -59,26 +59,31 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
     """Posterior-predictive check of joint accelerations on held-out data.
 
     Each draw predicts ``qdd`` with its forward dynamics (:func:`heldout_predictions`); its
-    observation noise (``sigma_qdd`` when the model has it) is added with a fixed seed for the
-    band. Returns the NMSE of the (noise-free) posterior mean per joint (:func:`accel_nmse`), and
-    the coverage of the observed ``qdd`` by the equal-tailed ``prob`` predictive band.
+    observation noise (``bayes_model.noise_dist``: Normal or Student-t, when the model observes
+    ``qdd``) is drawn with a fixed seed for the band. Returns the NMSE of the (noise-free)
+    posterior mean per joint (:func:`accel_nmse`), the coverage of the observed ``qdd`` by the
+    equal-tailed ``prob`` predictive band (pooled and per joint) and its mean width per joint.
     """
     draws = thin_draws(result.posterior_samples(), max_draws)
     pred = heldout_predictions(bayes_model, draws, dataset)
     qdd = np.asarray(dataset.arrays()[2])
     nmse = accel_nmse(pred, qdd)
     physical = jax.vmap(bayes_model.physical)(draws)
-    sigma = physical.get("sigma_qdd")
-    if sigma is not None:
-        noise = np.random.default_rng(0).normal(size=pred.shape)
-        pred = pred + noise * np.asarray(sigma).reshape(pred.shape[0], 1, -1)
+    with_noise = "sigma_qdd" in physical
+    if with_noise:  # each draw's own observation noise (Normal or Student-t), fixed seed
+        keys = jax.random.split(jax.random.key(0), pred.shape[0])
+        noisy = jax.vmap(lambda p, s, k: bayes_model.noise_dist(p, s, "qdd", 2).sample(k))
+        pred = np.asarray(noisy(jnp.asarray(pred), draws, keys))
     lo, hi = np.nanquantile(pred, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
+    inside = (qdd >= lo) & (qdd <= hi)
     return {
         "nmse": nmse.tolist(),
-        "coverage": float(np.mean((qdd >= lo) & (qdd <= hi))),
+        "coverage": float(np.mean(inside)),
+        "coverage_per_joint": inside.mean(axis=0).tolist(),
+        "width_per_joint": (hi - lo).mean(axis=0).tolist(),
         "prob": prob,
         "points": int(qdd.shape[0]),
-        "with_noise": sigma is not None,
+        "with_noise": with_noise,
     }
 
 

@@ -20,7 +20,12 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--noise", default="normal", help="noise model: normal or student-t")
     parser.add_argument("--geometry", default="whitened", help="latent geometry: whitened or centered")
-    parser.add_argument("--guide", default="delta", help="SVI guide: delta, normal, mvn, lowrank")
+    parser.add_argument(
+        "--guide",
+        default="auto",
+        help="SVI guide: auto (lowrank for network variants, else delta), delta, normal, mvn, "
+        "lowrank",
+    )
     parser.add_argument(
         "--steps", type=integer(1, 10**7), default=3000, help="SVI steps (default 3000)"
     )
@@ -101,7 +106,7 @@ def run(args) -> int:
     check_output_path(args.out, "--out")
     if args.init is not None and args.method != "nuts":
         raise ValueError("--init starts NUTS; it is meaningless with --method svi")
-    if args.polish and (args.method != "svi" or args.guide != "delta"):
+    if args.polish and (args.method != "svi" or args.guide not in ("auto", "delta")):
         raise ValueError("--polish finishes an SVI MAP: it needs --method svi --guide delta")
     if args.target_accept >= 1.0:
         raise ValueError(f"--target-accept must be below 1, got {args.target_accept}")

@@ -2,7 +2,8 @@
 
 Public API::
 
-    fit_svi(bayes_model, data, *, key, guide="delta", steps=3000, ...) -> FitResult
+    fit_svi(bayes_model, data, *, key, guide="auto", steps=3000, ...) -> FitResult
+    default_guide(bayes_model) -> "lowrank" (network weights) | "delta"
     fit_nuts(bayes_model, data, *, key, num_warmup=1000, num_samples=1000, num_chains=2,
              init=None, metric="auto" | "adapt" | "laplace" | array, ...)
     laplace_inverse_mass(bayes_model, data, point) -> (d, d)   # the Laplace NUTS metric
@@ -26,6 +27,7 @@ from inference.svi import (
     SCHEDULES,
     ConvergenceReport,
     convergence_report,
+    default_guide,
     fit_svi,
     make_optimizer,
 )
@@ -37,6 +39,7 @@ __all__ = [
     "ConvergenceReport",
     "FitResult",
     "convergence_report",
+    "default_guide",
     "fit_nuts",
     "fit_svi",
     "laplace_inverse_mass",

@@ -4,7 +4,9 @@ The ELBO (Trace_ELBO; Wingate & Weber 2013, Ranganath et al. 2014) is maximised 
 optimiser. Steps run as a compiled ``lax.scan`` of ``chunk_size`` updates (about 10x faster than
 ``SVI.run``'s Python loop, docs/stack.md); progress and non-finite losses are checked between
 chunks. Guides: ``"delta"`` (MAP, ``AutoDelta``), ``"normal"`` (mean field, ``AutoNormal``),
-``"mvn"`` (full-rank Gaussian) and ``"lowrank"`` (low-rank plus diagonal Gaussian). Gaussian guides
+``"mvn"`` (full-rank Gaussian) and ``"lowrank"`` (low-rank plus diagonal Gaussian); the default
+``"auto"`` is ``"lowrank"`` for models with networks (a posterior over their weights, so their
+bands have width) and ``"delta"`` otherwise (white-box models go on to NUTS). Gaussian guides
 start at the MAP (an ``AutoDelta`` fit of ``map_steps`` steps, or ``init``) with a small
 ``init_scale``: their default of 0.1 does not converge against posterior spreads of ~0.003.
 """
@@ -44,7 +46,7 @@ from inference._validate import check_choice, check_positive_int, fit_inputs
 from inference.polish import polish_map
 from inference.result import FitResult, build_idata, trace_sites
 
-GUIDES = ("delta", "normal", "mvn", "lowrank")
+GUIDES = ("auto", "delta", "normal", "mvn", "lowrank")
 OPTIMIZERS = {
     "adam": optax.adam,
     "adamw": optax.adamw,
@@ -183,6 +185,20 @@ def make_optimizer(
     if clip_norm is not None:
         opt = optax.chain(optax.clip_by_global_norm(clip_norm), opt)
     return opt
+
+
+def default_guide(bayes_model) -> str:
+    """The guide ``fit_svi(guide="auto")`` uses: ``"lowrank"`` where the model has network
+    weights, else ``"delta"``.
+
+    A MAP of a network is a point: its rollout bands would have zero width. The low-rank plus
+    diagonal Gaussian over every latent (weights, rigid-body and noise sites), started at the MAP,
+    captures the few weight directions the data inform together with their correlations at a
+    cost linear in the weight count (rank ~ sqrt of the dimension); a full-rank Gaussian costs
+    the square, NUTS over ~10^3 weights does not mix in a usable time (docs/measurements.md).
+    White-box models keep the MAP: NUTS from it is their posterior.
+    """
+    return "lowrank" if getattr(bayes_model, "has_networks", False) else "delta"
 
 
 def _make_guide(name: str, model, *, init_loc_fn, init_scale: float, rank):
@@ -382,7 +398,7 @@ def fit_svi(
     data,
     *,
     key,
-    guide: str = "delta",
+    guide: str = "auto",
     steps: int = 3000,
     learning_rate: float = 1e-2,
     optimizer: str = "adam",
@@ -412,7 +428,9 @@ def fit_svi(
         bayes_model: a ``models.BayesianModel`` (or any object with its protocol).
         data: ``models.ModelData`` (fields ``q, qd, qdd, tau`` (N, n)) or a ``data.Dataset``.
         key: ``jax.random`` key or int seed (MAP stage, ELBO noise, guide draws, predictive).
-        guide: ``"delta"`` (MAP), ``"normal"``, ``"mvn"`` or ``"lowrank"``.
+        guide: ``"delta"`` (MAP), ``"normal"``, ``"mvn"``, ``"lowrank"`` or ``"auto"``
+            (:func:`default_guide`: ``"lowrank"`` where the model has network weights, else
+            ``"delta"``; ``"delta"`` with ``polish``). The resolved name is recorded.
         steps: optimisation steps of the guide.
         learning_rate, optimizer, schedule, clip_norm: see :func:`make_optimizer`.
         map_steps: steps of the ``AutoDelta`` fit that places a Gaussian guide (default
@@ -457,6 +475,8 @@ def fit_svi(
     """
     observations, data, summary = fit_inputs(bayes_model, data)
     check_choice("guide", guide, GUIDES)
+    if guide == "auto":
+        guide = "delta" if polish else default_guide(bayes_model)
     steps = check_positive_int("steps", steps)
     num_samples = check_positive_int("num_samples", num_samples)
     num_particles = check_positive_int("num_particles", num_particles)

@@ -360,6 +360,10 @@ class IdentifiableModel:
     def noise_sites(self):
         return self.source.noise_sites
 
+    def noise_dist(self, loc, sample, key: str, event_dims: int):
+        """The source model's observation noise around ``loc`` (its noise sites are shared)."""
+        return self.source.noise_dist(loc, sample, key, event_dims)
+
     @property
     def placement_sites(self) -> tuple:
         """Latent joint-placement sites (none: the kinematics are known)."""

@@ -247,7 +247,8 @@ def restart_fit():
     tau = jax.random.normal(jax.random.key(2), q.shape, q.dtype)
     model = build_model("ffnn", robot)
     fit = fit_svi(
-        model, ModelData(q, qd, qdd, tau), key=0, steps=60, restarts=3, restart_steps=20, **FAST
+        model, ModelData(q, qd, qdd, tau), key=0, guide="delta", steps=60, restarts=3,
+        restart_steps=20, **FAST
     )
     return model, fit
 
@@ -266,3 +267,25 @@ def test_restarts_from_prior_draws_keep_the_best(restart_fit):
     # the kept restart's score is the mean of the last tenth (2 steps) of its screening losses
     assert losses[18:20].mean() == pytest.approx(scores.min())
     assert fit.attrs["settings"]["start"] == "prior draws"
+
+
+def test_auto_guide_gives_network_weights_a_posterior():
+    from inference import default_guide
+    from models import ModelData, build_model
+
+    robot = bn.get_system("cartpole")
+    q, qd, qdd = bn.sample_states(robot, 3, 40)
+    tau = jax.random.normal(jax.random.key(5), q.shape, q.dtype)
+    data = ModelData(q, qd, qdd, tau)
+    model = build_model("ffnn", robot)
+    assert default_guide(model) == "lowrank"
+    assert default_guide(build_model("diffnea/viscous/informative", robot)) == "delta"
+    fit = fit_svi(model, data, key=0, steps=40, restarts=2, restart_steps=10, num_samples=50, **FAST)
+    assert fit.attrs["settings"]["guide"] == "lowrank"
+    assert fit.attrs["settings"]["map_steps"] == 40  # the Gaussian starts at the MAP
+    w = np.asarray(fit.posterior_samples()["ffnn_net/layers[1].weight"])
+    assert w.shape[0] == 50 and float(np.std(w, axis=0).min()) > 0  # every weight varies
+    # the band of the predicted accelerations has width: not a point estimate
+    draws = fit.posterior_samples()
+    qdd_pred = jax.vmap(lambda s: jax.vmap(model.qdd_fn(s))(q, qd, tau))(draws)
+    assert float(np.std(np.asarray(qdd_pred), axis=0).min()) > 0

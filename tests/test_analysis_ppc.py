@@ -1,0 +1,53 @@
+"""The held-out posterior-predictive band (analysis.diagnostics.heldout_ppc) against closed forms:
+draws at the parameters that generated the data give the noise distribution's own quantiles."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import stats
+
+import bayes_nea as bn
+from analysis.diagnostics import heldout_ppc
+from models import build_model
+
+N_DRAWS, N_POINTS = 400, 300
+
+
+class _Draws:
+    """A result holding ``N_DRAWS`` copies of one latent sample."""
+
+    def __init__(self, sample):
+        self.sample = sample
+
+    def posterior_samples(self):
+        return jax.tree.map(lambda x: jnp.broadcast_to(x, (N_DRAWS, *jnp.shape(x))), self.sample)
+
+
+class _Held:
+    def __init__(self, *arrays):
+        self._arrays = arrays
+
+    def arrays(self):
+        return self._arrays
+
+
+def test_band_matches_the_noise_quantiles():
+    # Student-t noise: the band has the t quantile (wider than the normal's 1.645 sd); the normal
+    # noise goes through the same model.noise_dist
+    robot = bn.get_system("cartpole")
+    model = build_model("ffnn", robot, noise="student-t")
+    quantile = stats.t.ppf(0.95, model.spec.student_df)
+    sample = model.start_sample(jax.random.key(1))
+    q, qd, _ = bn.sample_states(robot, 2, N_POINTS)
+    tau = jax.random.normal(jax.random.key(3), q.shape, q.dtype) * jnp.array([[5.0, 0.0]])
+    mean = jax.vmap(model.qdd_fn(sample))(q, qd, tau)
+    qdd = model.noise_dist(mean, sample, "qdd", 2).sample(jax.random.key(4))
+    ppc = heldout_ppc(model, _Draws(sample), _Held(q, qd, qdd, tau), max_draws=N_DRAWS)
+    sigma = np.asarray(model.noise_sigma(sample, "qdd", mean.dtype))
+    assert ppc["with_noise"]
+    # width: 2 x the 95 % quantile x sigma, up to the quantile's sampling error over 400 draws
+    np.testing.assert_allclose(ppc["width_per_joint"], 2 * quantile * sigma, rtol=0.06)
+    # coverage of data drawn from the same distribution: 0.9 within 4 binomial sds
+    sd = np.sqrt(0.09 / N_POINTS)
+    assert np.all(np.abs(np.asarray(ppc["coverage_per_joint"]) - 0.9) < 4 * sd), ppc
+    assert ppc["nmse"][0] > 0
