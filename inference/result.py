@@ -34,7 +34,7 @@ import arviz as az  # noqa: I001  (after numpyro)
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro  # noqa: F401  (NumPyro before ArviZ: see inference/__init__.py)
+import numpyro  # (NumPyro before ArviZ: see inference/__init__.py)
 import xarray as xr
 from numpyro import handlers
 from numpyro.infer import Predictive, log_likelihood
@@ -69,7 +69,9 @@ def package_versions() -> dict[str, str]:
 
 
 def trace_sites(bayes_model, data, sample: dict | None = None) -> tuple[dict, dict]:
-    """Latent and observed sites of one run of the model on ``data``.
+    """Latent and observed sites of one run of the model on ``data`` (latents at their prior
+    means unless ``sample`` gives them; the likelihood's arguments are not validated, since the
+    prior mean may be a degenerate point, e.g. weak-prior placements with the rail along gravity).
 
     Returns:
         ``(latent, observed)``: ``{site name: value}`` for the non-observed sample sites (shapes of
@@ -78,7 +80,8 @@ def trace_sites(bayes_model, data, sample: dict | None = None) -> tuple[dict, di
     model = handlers.substitute(bayes_model.model, substitute_fn=init_to_mean)
     if sample is not None:
         model = handlers.substitute(model, data=sample)
-    tr = handlers.trace(handlers.seed(model, jax.random.PRNGKey(0))).get_trace(data)
+    with numpyro.validation_enabled(False):
+        tr = handlers.trace(handlers.seed(model, jax.random.PRNGKey(0))).get_trace(data)
     latent, observed = {}, {}
     for name, site in tr.items():
         if site["type"] != "sample" or site.get("infer", {}).get("is_auxiliary"):

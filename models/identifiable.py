@@ -638,6 +638,23 @@ class KinematicIdentifiableModel(IdentifiableModel):
     def completion_sites(self) -> tuple[str, ...]:
         return (BASE_SITE, *(s.site for s in self.placement_sites))
 
+    @property
+    def multimodal_start(self) -> bool:
+        """Whether ``inference.fit_svi`` restarts from several start points: where the placements
+        start at prior draws (a weak prior); an informative one starts every restart at its
+        median, so they would all be the same."""
+        return not self.source.prior.starts_at_median
+
+    def start_sample(self, key, *, dtype=None) -> dict:
+        """A starting point for inference: :meth:`init_sample` with the placements of the source
+        model's start (``models.BayesianModel.start_sample``: drawn from a weak prior, whose mean
+        puts the joint axes along gravity, where ``B(k)`` is singular)."""
+        dtype = dtype or jnp.result_type(float)
+        out = self.init_sample(key=key, dtype=dtype)
+        start = self.source.start_sample(key, dtype=dtype)
+        out.update({s.site: start[s.site] for s in self.placement_sites})
+        return out
+
     def kinematics(self, sample: dict, dtype) -> tuple[Array, Array]:
         family = self.source.family
         return family.rpy.value(sample).astype(dtype), family.xyz.value(sample).astype(dtype)

@@ -271,6 +271,7 @@ def test_restarts_from_prior_draws_keep_the_best(restart_fit):
 
 def test_auto_guide_gives_network_weights_a_posterior():
     from inference import default_guide
+    from inference.svi import AUTO_GUIDE_LR_FACTOR
     from models import ModelData, build_model
 
     robot = bn.get_system("cartpole")
@@ -283,6 +284,11 @@ def test_auto_guide_gives_network_weights_a_posterior():
     fit = fit_svi(model, data, key=0, steps=40, restarts=2, restart_steps=10, num_samples=50, **FAST)
     assert fit.attrs["settings"]["guide"] == "lowrank"
     assert fit.attrs["settings"]["map_steps"] == 40  # the Gaussian starts at the MAP
+    # ... and refines it with small cosine-decayed steps (FAST's rate times the auto factor)
+    assert fit.attrs["settings"]["schedule"] == "cosine"
+    assert fit.attrs["settings"]["learning_rate"] == pytest.approx(
+        FAST.get("learning_rate", 1e-2) * AUTO_GUIDE_LR_FACTOR
+    )
     w = np.asarray(fit.posterior_samples()["ffnn_net/layers[1].weight"])
     assert w.shape[0] == 50 and float(np.std(w, axis=0).min()) > 0  # every weight varies
     # the band of the predicted accelerations has width: not a point estimate

@@ -17,6 +17,7 @@ from conftest import Reference
 
 import bayes_nea as bn
 from inference import fit_nuts
+from inference.result import trace_sites
 from inference.polish import polish_map
 from models import ModelData, build_model
 from models.identifiable import KinematicIdentifiableModel, identifiable_model
@@ -137,3 +138,26 @@ def test_nuts_recovers_base_parameters_and_placements_of_simulated_data(model):
     assert z.max() < 4, z
     assert post["completion_ok"].values.mean() > 0.9
     assert "rpy" in post and "xyz" in post
+
+
+def test_sites_trace_at_the_weak_placement_priors_degenerate_mean():
+    """The weak placement prior's mean (every rpy = xyz = 0: the joint axes along gravity) leaves
+    the regressor rank-deficient, so ``B(k)`` and the predictions there are not finite; the site
+    tracing that ``fit_svi`` and ``fit_nuts`` do first at the prior mean must still work (it
+    raised "invalid loc parameter"), and the fits start from prior draws instead."""
+    robot = bn.get_system("cartpole")
+    m = build_model("nokin-diffnea/viscous/weak", robot, geometry="identifiable")
+    q, qd, qdd = bn.sample_states(robot, 0, 16)
+    data = ModelData(q, qd, qdd, jnp.zeros_like(q))
+    latent, observed = trace_sites(m, data)
+    assert {"base_z", "rpy_z", "xyz_z"} <= set(latent) and set(observed) == {"obs_qdd"}
+    rpy, xyz = m.kinematics(latent, jnp.float64)
+    assert not np.any(rpy) and not np.any(xyz)
+    assert not bool(jnp.isfinite(m.basis(rpy, xyz)).all())  # why the trace must not validate
+    assert m.multimodal_start
+    for k in range(3):  # prior draws of the placements: a regular basis, finite predictions
+        start = m.start_sample(jax.random.key(k))
+        assert set(start) == set(latent)
+        rpy, xyz = m.kinematics(start, jnp.float64)
+        assert np.all(np.abs(rpy) > 0) and bool(jnp.isfinite(m.basis(rpy, xyz)).all())
+        assert bool(jnp.isfinite(jax.vmap(m.qdd_fn(start))(q, qd, data.tau)).all())
