@@ -19,7 +19,12 @@ def add_arguments(parser) -> None:
         "--horizon", type=integer(1, 10**4), default=10, help="rollout likelihood: RK4 steps per window"
     )
     parser.add_argument("--noise", default="normal", help="noise model: normal or student-t")
-    parser.add_argument("--geometry", default="whitened", help="latent geometry: whitened or centered")
+    parser.add_argument(
+        "--geometry",
+        default="whitened",
+        help="latent geometry: whitened, centered or identifiable (base-parameter coordinates of "
+        "white-box DiffNEA variants without networks: the geometry NUTS mixes in)",
+    )
     parser.add_argument(
         "--guide",
         default="auto",

@@ -460,7 +460,8 @@ def fit_svi(
         polish: delta guide only: finish with damped Newton from the SVI point
             (:func:`inference.polish.polish_map`; dense Hessian, so for small models such as the
             identifiable geometry). The result's draw is the polished point, root attribute
-            ``map`` holds the :class:`~inference.polish.MapReport`, and ``convergence.converged``
+            ``map`` holds the :class:`~inference.polish.MapReport`, ``convergence.grad_*`` are
+            those of the polished point (``svi_grad_*`` the SVI point's), ``convergence.converged``
             then means a stationary point with a positive definite Hessian.
         gradient_tol: the gradient test of :func:`gradient_check` at the point estimate;
             ``attrs["convergence"]["converged"]`` is true only where the loss settled *and* the
@@ -690,7 +691,16 @@ def fit_svi(
             raise ValueError(f"polish applies to the 'delta' guide (a MAP), not {guide!r}")
         point, map_report = polish_map(bayes_model, data, {k: samples[k][0, 0] for k in latent})
         samples = {k: jnp.asarray(point[k])[None, None] for k in latent}
+        # the gradient test at the polished point (the SVI point's is kept as svi_grad_*)
+        grad = gradient_norm(bayes_model, data, point, model_kwargs=model_kwargs)
+        _, grad_rel = gradient_check(
+            grad, dimension=dim, num_obs=int(np.size(observations.q)), tol=gradient_tol
+        )
         report.update(
+            svi_grad_norm=report["grad_norm"],
+            svi_grad_relative=report["grad_relative"],
+            grad_norm=grad,
+            grad_relative=grad_rel,
             converged=bool(map_report.converged),
             message=f"{map_report.message} (SVI: {report['message']})",
         )

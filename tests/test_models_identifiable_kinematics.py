@@ -17,8 +17,8 @@ from conftest import Reference
 
 import bayes_nea as bn
 from inference import fit_nuts
-from inference.result import trace_sites
 from inference.polish import polish_map
+from inference.result import trace_sites
 from models import ModelData, build_model
 from models.identifiable import KinematicIdentifiableModel, identifiable_model
 
