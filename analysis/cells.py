@@ -67,11 +67,11 @@ def data_seed(cell: dict, base: int) -> int:
 
 @functools.lru_cache(maxsize=8)
 def cell_data(system: str, kind: str, seed: int, duration: float):
-    """``(dataset, train, test)``, generated once per worker process and kept (pure in its
-    arguments; a worker runs many cells of the same dataset)."""
+    """``(dataset, train, valid, test)``, generated once per worker process and kept (pure in
+    its arguments; a worker runs many cells of the same dataset)."""
     dataset = generate_dataset(system, kind, seed=seed, duration=duration)
-    train, _, test = dataset.split(seed=seed)
-    return dataset, train, test
+    train, valid, test = dataset.split(seed=seed)
+    return dataset, train, valid, test
 
 
 def true_figure1_rollout(dataset, steps: int, *, q0=None, qd0=None) -> bn.Trajectory:
@@ -101,7 +101,7 @@ def fit_cell(cell: dict, settings: dict) -> dict:
         data_seed(cell, int(settings["seed"])),
         float(settings["duration"]),
     )
-    dataset, train, test = cell_data(*data_key)
+    dataset, train, valid, test = cell_data(*data_key)
     robot = dataset.robot()
     bm = build_model(cell["variant"], robot, scales=data_scales(model_data(train), robot))
     start = time.perf_counter()
@@ -112,6 +112,8 @@ def fit_cell(cell: dict, settings: dict) -> dict:
         steps=int(settings["svi_steps"]),
         learning_rate=float(settings["learning_rate"]),
         num_samples=int(settings["draws"]),
+        # networks stop where the validation episodes say they overfit (inference.early_stopping)
+        validation=model_data(valid) if bm.has_networks else None,
         progress=False,
     )
     if settings["method"] == "svi+nuts":

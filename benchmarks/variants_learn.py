@@ -5,7 +5,9 @@ episodes, split by whole episodes (70/15/15 %), derive the network/noise normali
 training split (``models.data_scales``, stored in the model spec) and fit each variant with
 ``fit_svi`` at its defaults (prior-draw starts with restarts where the model has networks or
 learned placements; the ``"auto"`` guide: a MAP for white-box models, a low-rank Gaussian over
-every latent after the MAP for network models). White-box variants with a base-parameter
+every latent after the MAP for network models; for network models both stages stop early on
+the validation episodes, ``fit_svi(validation=...)``, unless ``--no-early-stopping``). The
+held-out (test) episodes are seen by no fit. White-box variants with a base-parameter
 geometry (``models.identifiable``) are fitted in it with a polished MAP, the library's path to
 NUTS (``--white-box-geometry whitened``: in the virtual parameters). One table row per variant:
 
@@ -19,7 +21,8 @@ NUTS (``--white-box-geometry whitened``: in the virtual parameters). One table r
   start state (1 s) leave the state domain (``analysis.energy.divergence_flags``), beside the
   count for the recorded trajectories themselves;
 - whether the fit converged (loss plateau and gradient test; with ``polish``: a stationary point
-  with a positive definite Hessian), the restarts' loss spread, wall s;
+  with a positive definite Hessian; with early stopping: a validation minimum), the restarts'
+  loss spread, the steps each early-stopped stage kept (MAP + Gaussian), wall s;
 - network variants: the 90 % posterior-predictive band (noise included) of the held-out
   accelerations: mean width and coverage per joint (``analysis.diagnostics.heldout_ppc``).
 
@@ -161,7 +164,8 @@ def foreign_log(system: str, path: str, *, seconds: float, episode: float, seed:
 
 
 def dataset_for(system: str, kind: str, args, workdir: str):
-    """``(train, test, robot, clean_test_qdd, true_theta)`` for one system and dataset kind."""
+    """``(train, valid, test, robot, clean_test_qdd, true_theta)`` for one system and dataset
+    kind (splits by whole episode, 70/15/15 %)."""
     if kind == "foreign":
         path = os.path.join(workdir, f"{system}-foreign.csv")
         clean = foreign_log(
@@ -171,19 +175,19 @@ def dataset_for(system: str, kind: str, args, workdir: str):
         user_urdf = scale_inertials(bn.to_urdf(true_robot), mass=1.4, inertia=0.65)
         robot = bn.load_urdf(user_urdf)
         ds = import_log(path, robot, system=system)
-        train, _, test = ds.split(seed=args.seed)
+        train, valid, test = ds.split(seed=args.seed)
         per_episode = clean.reshape(len(ds.episodes), -1, robot.n)
         clean_test = np.concatenate([per_episode[i] for i in test.settings["split"]["episodes"]])
-        return train, test, robot, clean_test, np.asarray(true_robot.nominal[0])
+        return train, valid, test, robot, clean_test, np.asarray(true_robot.nominal[0])
     ds = generate_dataset(
         system, kind, seed=args.seed, duration=args.duration,
         episode_duration=args.episode_duration,
     )
-    train, _, test = ds.split(seed=args.seed)
+    train, valid, test = ds.split(seed=args.seed)
     robot = ds.robot()
     q, qd, _, tau = (jnp.asarray(x) for x in test.arrays())
     clean = np.asarray(jax.jit(jax.vmap(test.true_dynamics(robot)))(q, qd, tau))
-    return train, test, robot, clean, np.asarray(ds.true_params["theta"])
+    return train, valid, test, robot, clean, np.asarray(ds.true_params["theta"])
 
 
 def nmse(pred, truth) -> np.ndarray:
@@ -242,6 +246,12 @@ def main(argv=None) -> int:
         help="white-box variants: base-parameter coordinates and a polished MAP (the library's "
         "NUTS path, as the main job) or the whitened virtual parameters",
     )
+    p.add_argument(
+        "--no-early-stopping",
+        action="store_true",
+        help="network variants: run every step (default: early stopping on the validation "
+        "episodes, inference.early_stopping)",
+    )
     args = p.parse_args(argv)
     print(
         f"# variants learn: {args.duration:g} s per dataset in {args.episode_duration:g} s "
@@ -249,12 +259,15 @@ def main(argv=None) -> int:
     )
     head = (
         "| variant | NMSE recorded | NMSE noise-free | base err | replays out | converged | "
-        "grad rms/sqrt(N) | restarts spread | s | guide | 90 % band width | coverage |"
+        "grad rms/sqrt(N) | restarts spread | kept steps | s | guide | 90 % band width | "
+        "coverage |"
     )
     with tempfile.TemporaryDirectory() as workdir:
         for system in args.systems:
             for kind in args.kinds:
-                train, test, robot, clean, true_theta = dataset_for(system, kind, args, workdir)
+                train, valid, test, robot, clean, true_theta = dataset_for(
+                    system, kind, args, workdir
+                )
                 md = model_data(train, robot=robot)
                 scales = data_scales(md, robot)
                 print(
@@ -274,6 +287,9 @@ def main(argv=None) -> int:
                         model, md, key=args.seed, steps=args.steps, num_samples=200,
                         progress=False, num_predictive=0, log_likelihood=False,
                         polish=identifiable,
+                        validation=model_data(valid, robot=robot)
+                        if model.has_networks and not args.no_early_stopping
+                        else None,
                     )
                     wall = time.perf_counter() - t0
                     draws = thin_draws(fit.posterior_samples(), 200)
@@ -287,6 +303,8 @@ def main(argv=None) -> int:
                         )
                         replays = f"{out}/{k} (recorded {rec})"
                     guide = fit.attrs["settings"]["guide"] + (" (base coords)" if identifiable else "")
+                    stages = fit.attrs.get("early_stopping") or ()
+                    kept = " + ".join(str(st["best_step"]) for st in stages) or "-"
                     band = cover = "-"
                     if not guide.startswith("delta"):
                         ppc = heldout_ppc(model, fit, test)
@@ -296,7 +314,7 @@ def main(argv=None) -> int:
                         f" | {'-' if err is None else f'{err:.3g}'} | {replays} | {c['converged']} "
                         f"(loss {c['loss_converged']}) | {c['grad_relative']:.3g} | "
                         f"{'-' if r is None else f'{r['spread']:.3g} ({r['restarts']})'} | "
-                        f"{wall:.0f} | {guide} | {band} | {cover} |",
+                        f"{kept} | {wall:.0f} | {guide} | {band} | {cover} |",
                         flush=True,
                     )
                 print()

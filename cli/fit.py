@@ -41,6 +41,13 @@ def add_arguments(parser) -> None:
         help="SVI learning rate",
     )
     parser.add_argument(
+        "--validation",
+        default="auto",
+        help="SVI: fraction of the dataset's episodes held out for early stopping (the fit keeps "
+        "the point where their likelihood is best; at least one episode); 0 turns it off; auto "
+        "(default): 0.15 for variants with networks when the data have >= 3 episodes, else 0",
+    )
+    parser.add_argument(
         "--warmup", type=integer(0, 10**6), default=1000, help="NUTS warm-up steps per chain"
     )
     parser.add_argument(
@@ -115,6 +122,11 @@ def run(args) -> int:
         raise ValueError("--polish finishes an SVI MAP: it needs --method svi --guide delta")
     if args.target_accept >= 1.0:
         raise ValueError(f"--target-accept must be below 1, got {args.target_accept}")
+    validation = validation_fraction(args.validation)
+    if validation and (args.method != "svi" or args.polish):
+        raise ValueError(
+            "--validation (early stopping) applies to SVI without --polish; use --validation 0"
+        )
     dataset = load_dataset(args.data)
     init = load_result(args.init) if args.init else None
     if init is not None:
@@ -133,10 +145,21 @@ def run(args) -> int:
     )
     progress = not args.quiet
     if args.method == "svi":
+        fit_data, held_out = dataset, None
+        auto = model.has_networks and not args.polish and len(dataset.episodes) >= 3
+        if validation is None and auto:
+            validation = 0.15
+        if validation:
+            fit_data, held_out = dataset.split((1.0 - validation, validation), seed=args.seed)
+            print(
+                f"early stopping on {len(held_out.episodes)} of {len(dataset.episodes)} episodes "
+                f"held out ({held_out.arrays()[0].shape[0]} samples; --validation 0 turns it off)"
+            )
         result = fit_svi(
             model,
-            dataset,
+            fit_data,
             key=args.seed,
+            validation=held_out,
             guide=args.guide,
             steps=args.steps,
             learning_rate=args.learning_rate,
@@ -177,6 +200,23 @@ def run(args) -> int:
     print(shorten_index(result.summary()).to_string())
     print(f"saved {result.method} fit of {result.variant!r} on {result.system!r} to {args.out}")
     return 0
+
+
+def validation_fraction(text: str) -> float | None:
+    """``--validation``: None for ``auto``, else a fraction in [0, 1).
+
+    Raises:
+        ValueError: not ``auto`` nor a number in [0, 1).
+    """
+    if text == "auto":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"--validation must be auto or a fraction in [0, 1), got {text!r}")
+    return value
 
 
 def check_init_matches(init, init_path: str, dataset, data_path: str, variant: str) -> None:

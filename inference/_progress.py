@@ -27,8 +27,10 @@ class ProgressLine:
         self.width = width
         self.start = time.perf_counter()
 
-    def update(self, done: int, *, loss: float | None = None) -> None:
-        """Show ``done`` of ``total`` steps and the latest loss."""
+    def update(
+        self, done: int, *, loss: float | None = None, validation: float | None = None
+    ) -> None:
+        """Show ``done`` of ``total`` steps, the latest loss and validation score."""
         if not self.enabled:
             return
         filled = int(self.width * done / self.total)
@@ -36,6 +38,8 @@ class ProgressLine:
         text = f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total}"
         if loss is not None:
             text += f"  loss {loss:.6g}"
+        if validation is not None:
+            text += f"  validation {validation:.6g}"
         text += f"  {done / elapsed:.0f} steps/s"
         self.stream.write(text)
         self.stream.flush()

@@ -43,6 +43,7 @@ from inference._common import (
 from inference._progress import ProgressLine
 from inference._state import state_from_dataset, state_to_dataset
 from inference._validate import check_choice, check_positive_int, fit_inputs
+from inference.early_stopping import EarlyStopping, heldout_nll
 from inference.polish import polish_map
 from inference.result import FitResult, build_idata, trace_sites
 
@@ -218,13 +219,27 @@ def _make_guide(name: str, model, *, init_loc_fn, init_scale: float, rank):
 
 
 def _run_svi(
-    svi, state, data, *, steps, chunk_size, model_kwargs, label, progress, batched=False
+    svi,
+    state,
+    data,
+    *,
+    steps,
+    chunk_size,
+    model_kwargs,
+    label,
+    progress,
+    batched=False,
+    monitor=None,
 ):
     """Run ``steps`` SVI updates as compiled chunks. Returns (state, losses, compile_s, run_s).
 
     With ``batched`` the state's leaves carry a leading restart axis (R, ...) and the updates are
     vmapped over it (losses (steps, R)); a restart whose loss turns non-finite keeps running
     (it is scored out later) and only all of them turning non-finite stops the run.
+
+    With a ``monitor`` (an :class:`EarlyStopping`) the state is scored after every chunk; the run
+    stops after ``monitor.patience`` scores without improvement and returns the best-scored
+    state (the losses are those of every step run).
     """
 
     def update(s):
@@ -275,8 +290,16 @@ def _run_svi(
         state = new_state
         losses.append(chunk_losses)
         done += length
-        bar.update(done, loss=float(chunk_losses[-1]))
+        if monitor is None:
+            bar.update(done, loss=float(chunk_losses[-1]))
+            continue
+        score = monitor.record(state, monitor.start + done)
+        bar.update(done, loss=float(chunk_losses[-1]), validation=score)
+        if monitor.exhausted:
+            break
     bar.close()
+    if monitor is not None and monitor.best_state is not None:
+        state = monitor.best_state
     run_s = time.perf_counter() - t0
     return state, np.concatenate(losses) if losses else np.zeros(0), compile_s, run_s
 
@@ -303,6 +326,7 @@ def _optimise(
     model_kwargs,
     label,
     progress,
+    monitor_factory=None,
 ):
     """Optimise a guide from one or several starting points (``starts``: init_loc_fns).
 
@@ -311,7 +335,8 @@ def _optimise(
     ``steps - restart_steps``. Returns ``(svi, guide, state, losses, restart_info, timing)``;
     ``restart_info`` is None for one start, else ``{"restarts", "restart_steps", "best",
     "scores"}`` (scores: each restart's mean loss over its last tenth of steps, inf where it
-    turned non-finite).
+    turned non-finite). ``monitor_factory(svi, guide)`` (optional) gives the
+    :class:`~inference.early_stopping.EarlyStopping` of the remaining steps.
     """
     guides = [make_guide(fn) for fn in starts]
     svis = [SVI(bayes_model.model, g, optax_to_numpyro(opt), elbo) for g in guides]
@@ -352,6 +377,9 @@ def _optimise(
             "scores": [float(x) for x in scores],
         }
     if remaining > 0:
+        monitor = None if monitor_factory is None else monitor_factory(svis[0], guides[best])
+        if monitor is not None:
+            monitor.start = steps - remaining  # its steps count from the stage's start
         state, rest, c_s, r_s = _run_svi(
             svis[0],
             state,
@@ -361,6 +389,7 @@ def _optimise(
             model_kwargs=model_kwargs,
             label=label,
             progress=progress,
+            monitor=monitor,
         )
         timing["compile_s"] += c_s
         timing["run_s"] += r_s
@@ -419,6 +448,8 @@ def fit_svi(
     restarts: int | None = None,
     restart_steps: int | None = None,
     resume: FitResult | None = None,
+    validation=None,
+    patience: int = 5,
     convergence_rtol: float = 1e-4,
     polish: bool = False,
     gradient_tol: float = 1.0,
@@ -456,6 +487,14 @@ def fit_svi(
             program, the best (lowest loss) continues. Recorded in ``attrs["restarts"]``.
         resume: an SVI ``FitResult`` of the same variant, guide and data to continue from (its
             stored optimiser state, optimiser settings and loss trace); ``steps`` more are run.
+        validation: held-out data (``ModelData`` or a ``data.Dataset``, e.g. the validation
+            episodes of ``Dataset.split``) for early stopping: after every chunk of steps of
+            each optimisation stage (the MAP and the Gaussian stage of ``"auto"``) the model's
+            negative log-likelihood of it per observation is scored at the guide's median; a
+            stage stops after ``patience`` scores without improvement and keeps its best state
+            (:mod:`inference.early_stopping`; how networks stop overfitting a few episodes).
+            Recorded in ``attrs["early_stopping"]``. None: every step runs.
+        patience: see ``validation`` (scores, i.e. chunks of ``chunk_size`` steps).
         convergence_rtol: relative loss change for :func:`convergence_report`.
         polish: delta guide only: finish with damped Newton from the SVI point
             (:func:`inference.polish.polish_map`; dense Hessian, so for small models such as the
@@ -465,7 +504,9 @@ def fit_svi(
             then means a stationary point with a positive definite Hessian.
         gradient_tol: the gradient test of :func:`gradient_check` at the point estimate;
             ``attrs["convergence"]["converged"]`` is true only where the loss settled *and* the
-            gradient is small (fields ``loss_converged``, ``grad_norm``, ``grad_relative``).
+            gradient is small (fields ``loss_converged``, ``grad_norm``, ``grad_relative``), or,
+            with ``validation``, where the last stage stopped early at a validation minimum
+            (field ``early_stopped``; the training gradient is then not small by design).
         num_predictive: posterior-predictive draws (0: none).
         log_likelihood: add the pointwise log-likelihood group.
         progress: print a progress line per chunk on stderr.
@@ -473,7 +514,9 @@ def fit_svi(
     Returns:
         A :class:`FitResult` with ``method="svi"``; root attributes ``settings``, ``convergence``
         (a :class:`ConvergenceReport` as a dict plus the gradient test), ``restarts`` (None, or
-        the restarts' scores, best index and spread), ``timing`` (compile s, run s, steps/s).
+        the restarts' scores, best index and spread), ``early_stopping`` (None, or each stage's
+        :meth:`~inference.early_stopping.EarlyStopping.report`), ``timing`` (compile s, run s,
+        steps/s).
 
     Raises:
         ValueError: bad data for the robot (joint count, empty, NaN), unknown guide, optimiser or
@@ -507,6 +550,16 @@ def fit_svi(
             )
     if rank is not None:
         rank = check_positive_int("rank", rank)
+    patience = check_positive_int("patience", patience)
+    val_nll = None
+    if validation is not None:
+        if polish:
+            raise ValueError(
+                "validation (early stopping) and polish contradict: a polished MAP is the "
+                "training optimum; pass one of them"
+            )
+        val_obs, val_data, _ = fit_inputs(bayes_model, validation)
+        val_nll = heldout_nll(bayes_model, val_data, int(np.size(val_obs.q)))
     key, seed = raw_key(key)
     k_map, k_init, k_draw, k_pred = jax.random.split(key, 4)
     model_kwargs = {} if subsample_size is None else {"subsample_size": subsample_size}
@@ -524,6 +577,8 @@ def fit_svi(
         "chunk_size": chunk_size,
         "subsample_size": subsample_size,
     }
+    if val_nll is not None:
+        settings["validation"] = {"samples": int(val_obs.q.shape[0]), "patience": patience}
     if auto_gaussian:  # the Gaussian stage refines a MAP: small, cosine-decayed steps
         lr = float(learning_rate) * AUTO_GUIDE_LR_FACTOR
         settings.update(learning_rate=lr, schedule="cosine")
@@ -542,6 +597,22 @@ def fit_svi(
     def add_timing(t):
         timing["compile_s"] += t["compile_s"]
         timing["run_s"] += t["run_s"]
+
+    monitors = []
+
+    def monitor_factory(label):
+        if val_nll is None:
+            return None
+
+        def make(svi, guide_obj):
+            def score(state):
+                point = guide_obj.median(svi.get_params(state))
+                return val_nll({k: point[k] for k in latent})
+
+            monitors.append(EarlyStopping(score, patience=patience, label=label))
+            return monitors[-1]
+
+        return make
 
     def guide_factory(name):
         return lambda fn: _make_guide(
@@ -601,6 +672,7 @@ def fit_svi(
                     model_kwargs=model_kwargs,
                     label="svi map",
                     progress=progress,
+                    monitor_factory=monitor_factory("map"),
                 )
                 add_timing(t)
                 point = delta.median(map_svi.get_params(map_state))
@@ -619,6 +691,7 @@ def fit_svi(
         svi = SVI(bayes_model.model, guide_obj, optax_to_numpyro(opt), elbo)
         state = svi.init(k_init, data, **model_kwargs)
         state = state_from_dataset(stored, state, kind=f"svi/{guide}")
+        make_monitor = monitor_factory(guide)
         state, losses, c_s, r_s = _run_svi(
             svi,
             state,
@@ -628,6 +701,7 @@ def fit_svi(
             model_kwargs=model_kwargs,
             label=f"svi {guide}",
             progress=progress,
+            monitor=None if make_monitor is None else make_monitor(svi, guide_obj),
         )
         add_timing({"compile_s": c_s, "run_s": r_s})
         restart_info = resume.attrs.get("restarts")
@@ -646,6 +720,7 @@ def fit_svi(
             model_kwargs=model_kwargs,
             label=f"svi {guide}",
             progress=progress,
+            monitor_factory=monitor_factory(guide),
         )
         add_timing(t)
         restart_info = restart_info or info
@@ -666,14 +741,25 @@ def fit_svi(
     grad_ok, grad_rel = gradient_check(
         grad, dimension=dim, num_obs=int(np.size(observations.q)), tol=gradient_tol
     )
+    # with validation: the last stage's early stopping (None: it ran no monitored steps)
+    last = monitors[-1] if monitors and monitors[-1].label == guide else None
+    early_stopped = bool(last is not None and last.exhausted)
     report.update(
         loss_converged=report["converged"],
         grad_norm=grad,
         grad_relative=grad_rel,
         gradient_tol=float(gradient_tol),
-        converged=bool(report["converged"] and grad_ok),
+        early_stopped=early_stopped,
+        converged=bool((report["converged"] and grad_ok) or early_stopped),
     )
-    if report["loss_converged"] and not grad_ok:
+    if early_stopped:
+        report["message"] = (
+            f"converged (early stopping): validation negative log-likelihood {last.best_score:.6g} "
+            f"per observation at step {last.best_step} of the {guide} stage, not improved in the "
+            f"{patience} scores after it; training gradient rms {grad_rel:.3g} x "
+            "sqrt(observations)"
+        )
+    elif report["loss_converged"] and not grad_ok:
         report["message"] = (
             f"not converged: the loss settled but the gradient is large (rms "
             f"{grad_rel:.3g} x sqrt(observations), tolerance {gradient_tol:g}); run more steps "
@@ -708,7 +794,13 @@ def fit_svi(
     if map_losses.size:
         loss_vars["map_loss"] = ("map_step", np.asarray(map_losses))
     attrs = base_attrs(bayes_model, observations, method="svi", seed=seed, summary=summary)
-    attrs.update(settings=settings, convergence=report, restarts=restart_info, timing=timing)
+    attrs.update(
+        settings=settings,
+        convergence=report,
+        restarts=restart_info,
+        early_stopping=[m.report() for m in monitors] or None,
+        timing=timing,
+    )
     if map_report is not None:
         attrs["map"] = map_report._asdict()
     extra = {

@@ -295,3 +295,75 @@ def test_auto_guide_gives_network_weights_a_posterior():
     draws = fit.posterior_samples()
     qdd_pred = jax.vmap(lambda s: jax.vmap(model.qdd_fn(s))(q, qd, tau))(draws)
     assert float(np.std(np.asarray(qdd_pred), axis=0).min()) > 0
+
+
+# --- early stopping on held-out data (inference.early_stopping) ---------------------------------
+
+
+def _point(model, w):
+    b = model.n_base
+    return {"beta": jnp.asarray(w[:b]), "actuator/viscous": jnp.asarray(w[b:])}
+
+
+def test_heldout_nll_is_the_gaussian_negative_log_likelihood(problem):
+    from scipy.stats import norm
+
+    from inference.early_stopping import heldout_nll
+
+    model, _, mean, _ = problem
+    held_out, _ = simulate(model, key=11, n_samples=25)
+    nll = heldout_nll(model, held_out, int(np.size(held_out.q)))
+    w = mean + 0.3  # any point
+    F = np.asarray(model.features(held_out.q, held_out.qd, held_out.qdd))
+    expected = -norm.logpdf(np.asarray(held_out.tau), F @ w, model.noise_sd).mean()
+    assert float(jax.jit(nll)(_point(model, w))) == pytest.approx(expected, rel=1e-12)
+
+
+def test_early_stopping_keeps_the_best_state_and_stops_on_patience():
+    from inference.early_stopping import EarlyStopping
+
+    monitor = EarlyStopping(lambda x: (x - 3.0) ** 2, patience=2, label="delta")
+    for state in range(10):
+        monitor.record(jnp.asarray(float(state)), step=10 * (state + 1))
+        if monitor.exhausted:
+            break
+    assert state == 5  # 4 and 5 did not beat 3
+    assert float(monitor.best_state) == 3.0 and monitor.best_step == 40
+    report = monitor.report()
+    assert report["steps"] == [10, 20, 30, 40, 50, 60] and report["stopped"]
+    assert report["scores"][:4] == [9.0, 4.0, 1.0, 0.0] and report["best_score"] == 0.0
+
+
+def test_fit_svi_stops_where_the_validation_likelihood_is_best(problem):
+    from inference.early_stopping import heldout_nll
+
+    # held-out data made by a point 20 prior sds from the training posterior: starting there,
+    # every step towards the training MAP makes them less likely, so the first score is the best
+    model, data, mean, _ = problem
+    start = mean + 20.0 * model.prior_sd
+    held_out, _ = simulate(model, key=12, n_samples=30, w=start)
+    fit = fit_svi(
+        model, data, key=0, guide="delta", steps=400, chunk_size=20, learning_rate=0.02,
+        init=_point(model, start), validation=held_out, patience=3, **FAST,
+    )
+    (stage,) = fit.attrs["early_stopping"]
+    assert stage["stage"] == "delta" and stage["stopped"] and stage["patience"] == 3
+    assert stage["best_step"] == 20 and stage["steps"] == [20, 40, 60, 80]
+    assert np.all(np.diff(stage["scores"]) > 0)
+    assert fit.idata["svi_loss"]["loss"].size == 80  # stopped after 3 scores without improvement
+    report = fit.attrs["convergence"]
+    assert report["early_stopped"] and report["converged"]
+    assert "early stopping" in report["message"]
+    # the kept point is the best-scored state, not the last one
+    kept = {k: v[0] for k, v in fit.posterior_samples().items()}
+    nll = heldout_nll(model, held_out, int(np.size(held_out.q)))
+    assert float(nll(kept)) == pytest.approx(stage["best_score"], rel=1e-10)
+    assert fit.attrs["settings"]["validation"] == {"samples": 30, "patience": 3}
+
+
+def test_fit_svi_without_validation_runs_every_step(problem, delta_fit):
+    assert delta_fit.attrs["early_stopping"] is None
+    assert delta_fit.attrs["convergence"]["early_stopped"] is False
+    model, data, _, _ = problem
+    with pytest.raises(ValueError, match="polish contradict"):
+        fit_svi(model, data, key=0, guide="delta", steps=10, polish=True, validation=data, **FAST)
