@@ -3,10 +3,10 @@
 A network fitted to a few episodes goes on lowering its training loss long after it stopped
 predicting episodes it has not seen (Furuta hardware-like ``diffnea/nn-residual``, 30 s: held-out
 acceleration NMSE 0.050 at 500 steps, 0.094 at 2,250, while the training NMSE fell from 0.023 to
-0.011; docs/measurements.md). DiffNEA and Reuss et al. train their networks with early stopping on
-a validation split; here the score is the likelihood the model itself is conditioned on (its
-noise model included), evaluated on validation episodes at the guide's median, after every
-compiled chunk of steps. The fit keeps the best-scored state.
+0.011; docs/measurements.md). Reuss et al. (section IV) stop every model's training when the
+validation loss has not improved for 30 epochs; here the score is the likelihood the model
+itself is conditioned on (its noise model included), evaluated on validation episodes at the
+guide's median after every compiled chunk of steps, and the fit keeps the best-scored state.
 """
 
 from __future__ import annotations
