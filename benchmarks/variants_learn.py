@@ -288,7 +288,7 @@ def main(argv=None) -> int:
                         progress=False, num_predictive=0, log_likelihood=False,
                         polish=identifiable,
                         validation=model_data(valid, robot=robot)
-                        if model.has_networks and not args.no_early_stopping
+                        if getattr(model, "has_networks", False) and not args.no_early_stopping
                         else None,
                     )
                     wall = time.perf_counter() - t0

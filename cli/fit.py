@@ -146,7 +146,8 @@ def run(args) -> int:
     progress = not args.quiet
     if args.method == "svi":
         fit_data, held_out = dataset, None
-        auto = model.has_networks and not args.polish and len(dataset.episodes) >= 3
+        networks = getattr(model, "has_networks", False)  # (an identifiable model has none)
+        auto = networks and not args.polish and len(dataset.episodes) >= 3
         if validation is None and auto:
             validation = 0.15
         if validation:
