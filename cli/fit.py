@@ -28,8 +28,8 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--guide",
         default="auto",
-        help="SVI guide: auto (lowrank for network variants, else delta), delta, normal, mvn, "
-        "lowrank",
+        help="SVI guide: auto (ensemble for network variants: MAPs from 4 prior draws, each "
+        "stopped early; else delta), delta, normal, mvn, lowrank, ensemble",
     )
     parser.add_argument(
         "--steps", type=integer(1, 10**7), default=3000, help="SVI steps (default 3000)"

@@ -50,54 +50,94 @@ def heldout_nll(bayes_model, data, num_obs: int, *, model_kwargs=None) -> Callab
     return nll
 
 
+def _select(mask, new, old):
+    """Leaves of ``new`` where ``mask`` (R,) is true, else ``old`` (stacked states, leading R axis);
+    PRNG-key leaves are taken from ``new``."""
+
+    def pick(n, o):
+        if jax.dtypes.issubdtype(n.dtype, jax.dtypes.prng_key):
+            return n
+        return jnp.where(mask.reshape(mask.shape + (1,) * (n.ndim - 1)), n, o)
+
+    return jax.tree.map(pick, new, old)
+
+
 class EarlyStopping:
     """Scores SVI states on held-out data and keeps the best (see the module docstring).
 
     Args:
-        score: ``state -> float`` (lower is better), e.g. :func:`heldout_nll` at the guide's median.
-        patience: scores without improvement after which the run stops (>= 1).
-        label: the stage, for the report (``"map"``, ``"lowrank"``, ...).
+        score: ``state -> float`` (lower is better), e.g. :func:`heldout_nll` at the guide's
+            median; for ``batched`` states (a leading member axis R) ``state -> (R,)``.
+        patience: scores without improvement after which the run stops (>= 1); batched: after
+            which a member counts as stopped, and the run stops when every member has.
+        label: the stage, for the report (``"map"``, ``"lowrank"``, ``"ensemble"``, ...).
+        batched: states carry a leading member axis; each member keeps its own best.
     """
 
-    def __init__(self, score: Callable, *, patience: int, label: str):
+    def __init__(self, score: Callable, *, patience: int, label: str, batched: bool = False):
         self._score = jax.jit(score)
         self.patience = int(patience)
         self.label = label
+        self.batched = batched
         self.start = 0  # steps of the stage run before the monitored ones (restart screening)
         self.steps: list[int] = []
-        self.scores: list[float] = []
+        self.scores: list = []
         self.best_state = None
-        self.best_step: int | None = None
-        self.best_score = np.inf
-        self.since_best = 0
+        self._best_step = None  # (R,) or () int array, -1: no finite score yet
+        self._best_score = None
+        self._since_best = None
 
-    def record(self, state, step: int) -> float:
-        """Score ``state`` (after ``step`` steps of this stage); keep it if it is the best."""
-        value = float(self._score(state))
+    def record(self, state, step: int):
+        """Score ``state`` (after ``step`` steps of this stage); keep what improves on the best.
+        Returns the score (a float, or the best member's when batched)."""
+        value = np.asarray(self._score(state), dtype=np.float64)
         self.steps.append(int(step))
-        self.scores.append(value)
-        if np.isfinite(value) and value < self.best_score:
-            self.best_score, self.best_state, self.best_step = value, state, int(step)
-            self.since_best = 0
-        else:
-            self.since_best += 1
-        return value
+        self.scores.append(value.tolist())
+        if self.best_state is None:
+            self.best_state = state
+            self._best_score = np.full(value.shape, np.inf)
+            self._best_step = np.full(value.shape, -1)
+            self._since_best = np.zeros(value.shape, dtype=int)
+        better = np.isfinite(value) & (value < self._best_score)
+        if self.batched:
+            self.best_state = _select(jnp.asarray(better), state, self.best_state)
+        elif better:
+            self.best_state = state
+        self._best_score = np.where(better, value, self._best_score)
+        self._best_step = np.where(better, int(step), self._best_step)
+        self._since_best = np.where(better, 0, self._since_best + 1)
+        return float(np.min(value)) if value.ndim else float(value)
 
     @property
     def exhausted(self) -> bool:
-        """Whether ``patience`` scores in a row did not improve on the best."""
-        return self.since_best >= self.patience
+        """Whether ``patience`` scores in a row did not improve on the best (every member's)."""
+        return self._since_best is not None and bool(np.all(self._since_best >= self.patience))
+
+    @property
+    def best_step(self):
+        """Step of the best score (int, or a list per member; None / -1: no finite score)."""
+        if self._best_step is None:
+            return None
+        out = self._best_step.tolist()
+        return None if out == -1 else out
+
+    @property
+    def best_score(self):
+        """The best score (float, or a list per member; inf where none was finite)."""
+        return np.inf if self._best_score is None else self._best_score.tolist()
 
     def report(self) -> dict:
         """What the stage did: steps scored, scores, the best step and whether it stopped early
         (``stopped``: the run ended on patience, so the best score is a minimum the next
         ``patience`` scores did not beat)."""
+        finite = self._best_score is not None and bool(np.all(np.isfinite(self._best_score)))
         return {
             "stage": self.label,
             "patience": self.patience,
             "steps": list(self.steps),
             "scores": list(self.scores),
             "best_step": self.best_step,
-            "best_score": float(self.best_score) if self.best_step is not None else None,
+            "best_score": self.best_score if finite else None,
             "stopped": bool(self.exhausted),
         }
+

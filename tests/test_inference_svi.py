@@ -271,7 +271,6 @@ def test_restarts_from_prior_draws_keep_the_best(restart_fit):
 
 def test_auto_guide_gives_network_weights_a_posterior():
     from inference import default_guide
-    from inference.svi import AUTO_GUIDE_LR_FACTOR
     from models import ModelData, build_model
 
     robot = bn.get_system("cartpole")
@@ -279,22 +278,26 @@ def test_auto_guide_gives_network_weights_a_posterior():
     tau = jax.random.normal(jax.random.key(5), q.shape, q.dtype)
     data = ModelData(q, qd, qdd, tau)
     model = build_model("ffnn", robot)
-    assert default_guide(model) == "lowrank"
+    assert default_guide(model) == "ensemble"
     assert default_guide(build_model("diffnea/viscous/informative", robot)) == "delta"
-    fit = fit_svi(model, data, key=0, steps=40, restarts=2, restart_steps=10, num_samples=50, **FAST)
-    assert fit.attrs["settings"]["guide"] == "lowrank"
-    assert fit.attrs["settings"]["map_steps"] == 40  # the Gaussian starts at the MAP
-    # ... and refines it with small cosine-decayed steps (FAST's rate times the auto factor)
-    assert fit.attrs["settings"]["schedule"] == "cosine"
-    assert fit.attrs["settings"]["learning_rate"] == pytest.approx(
-        FAST.get("learning_rate", 1e-2) * AUTO_GUIDE_LR_FACTOR
-    )
+    fit = fit_svi(model, data, key=0, steps=40, restarts=3, **FAST)
+    assert fit.attrs["settings"]["guide"] == "ensemble" and fit.attrs["restarts"] is None
+    assert fit.attrs["settings"]["members"] == 3 and fit.attrs["ensemble"]["kept"] == [0, 1, 2]
+    # one MAP per member, each from its own prior draw, all trained for every step
+    member_losses = np.asarray(fit.idata["svi_loss"]["member_loss"].values)
+    assert member_losses.shape == (40, 3)
+    assert np.all(member_losses[-1] < member_losses[0])
+    np.testing.assert_allclose(fit.idata["svi_loss"]["loss"].values, member_losses.mean(axis=1))
     w = np.asarray(fit.posterior_samples()["ffnn_net/layers[1].weight"])
-    assert w.shape[0] == 50 and float(np.std(w, axis=0).min()) > 0  # every weight varies
+    assert w.shape[0] == 1000 and float(np.std(w, axis=0).min()) > 0  # every weight varies
+    np.testing.assert_array_equal(w[3:6], w[:3])  # draw i is member i % 3, equal weights
+    assert len({float(x) for x in w[:, 0, 0]}) == 3
     # the band of the predicted accelerations has width: not a point estimate
     draws = fit.posterior_samples()
     qdd_pred = jax.vmap(lambda s: jax.vmap(model.qdd_fn(s))(q, qd, tau))(draws)
     assert float(np.std(np.asarray(qdd_pred), axis=0).min()) > 0
+    with pytest.raises(ValueError, match="'ensemble' guide starts its members"):
+        fit_svi(model, data, key=0, steps=10, guide="ensemble", init=draws, **FAST)
 
 
 # --- early stopping on held-out data (inference.early_stopping) ---------------------------------
@@ -332,6 +335,22 @@ def test_early_stopping_keeps_the_best_state_and_stops_on_patience():
     report = monitor.report()
     assert report["steps"] == [10, 20, 30, 40, 50, 60] and report["stopped"]
     assert report["scores"][:4] == [9.0, 4.0, 1.0, 0.0] and report["best_score"] == 0.0
+
+
+def test_batched_early_stopping_keeps_each_members_best():
+    from inference.early_stopping import EarlyStopping
+
+    targets = jnp.array([1.0, 4.0])  # member 0 is best at x = 1, member 1 at x = 4
+    monitor = EarlyStopping(
+        lambda x: (x - targets) ** 2, patience=2, label="ensemble", batched=True
+    )
+    for x in range(10):
+        monitor.record(jnp.full(2, float(x)), step=x)
+        if monitor.exhausted:
+            break
+    assert x == 6  # member 0 stopped at 3, the run only when member 1 stopped too
+    np.testing.assert_array_equal(monitor.best_state, [1.0, 4.0])
+    assert monitor.best_step == [1, 4] and monitor.report()["best_score"] == [0.0, 0.0]
 
 
 def test_fit_svi_stops_where_the_validation_likelihood_is_best(problem):
