@@ -239,7 +239,8 @@ def check_tracking_result(
 
     The controller is designed once, on one model (``feedforward``): the posterior mean
     (:func:`posterior_mean_sample`, rigid body and actuator inverted by
-    ``BayesianModel.tau_fn``) or the nominal URDF model (``rnea``). Each posterior draw is then
+    ``BayesianModel.tau_fn``; for an ensemble the mean of its members' torques) or the nominal
+    URDF model (``rnea``). Each posterior draw is then
     the plant (its forward dynamics ``qdd_fn``, actuator included), started on the reference.
 
     Args:
@@ -283,7 +284,13 @@ def check_tracking_result(
                 f"variant {result.variant!r} has no inverse model to feed forward (a network "
                 "maps efforts to accelerations); use feedforward 'nominal'"
             )
-        inverse = bm.tau_fn(posterior_mean_sample(samples))
+        members = result.ensemble_members()
+        if members is None:
+            inverse = bm.tau_fn(posterior_mean_sample(samples))
+        else:  # an ensemble's mean model averages its members' torques, not their weights
+            count = len(next(iter(members.values())))
+            fns = [bm.tau_fn({k: v[i] for k, v in members.items()}) for i in range(count)]
+            inverse = lambda q, qd, qdd: jnp.mean(jnp.stack([f(q, qd, qdd) for f in fns]), 0)
     else:
         inverse = rigid_body_inverse(robot)
     q0, qd0, qdd0 = (jnp.asarray(x, float) for x in reference(jnp.asarray(0.0)))

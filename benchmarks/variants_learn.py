@@ -18,8 +18,8 @@ NUTS (``--white-box-geometry whitened``: in the virtual parameters). One table r
 - the largest relative error of the base parameters (white-box variants with known kinematics)
   against the truth;
 - learned kinematics: how many open-loop replays of the recorded efforts from each episode's
-  start state (1 s) leave the state domain (``analysis.energy.divergence_flags``), beside the
-  count for the recorded trajectories themselves;
+  start state (1 s; by each of the first 4 draws) leave the state domain
+  (``analysis.energy.divergence_flags``), beside the count for the recorded trajectories;
 - whether the fit converged (loss plateau and gradient test; with ``polish``: a stationary point
   with a positive definite Hessian; with early stopping: a validation minimum), the restarts'
   loss spread, the steps each early-stopped stage kept (MAP + Gaussian), wall s;
@@ -213,17 +213,20 @@ def base_error(model, draws, robot, true_theta):
 
 
 def replays_out_of_domain(model, draws, episodes, robot) -> tuple[int, int, int]:
-    """Open-loop replays of each episode's recorded efforts from its start state (posterior-mean
-    draw): ``(model replays out of domain, recorded episodes out of domain, episodes)``."""
+    """Open-loop replays of each episode's recorded efforts from its start state by each of the
+    first (up to) 4 draws (an ensemble's members; never a mean of network weights, which would
+    be no member's network): ``(replays out of domain, recorded episodes out of domain,
+    replays)``."""
     steps = int(round(REPLAY_SECONDS * RATE_HZ))
-    mean = jax.tree.map(lambda x: jnp.mean(x, axis=0, keepdims=True), draws)
+    first = jax.tree.map(lambda x: x[:4], draws)
+    count = int(next(iter(first.values())).shape[0])
     rollout = make_rollout_fn(model.qdd_fn, steps=steps, dt=1.0 / RATE_HZ)
     out = recorded = 0
     for ep in episodes:
-        traj = rollout(mean, jnp.asarray(ep.q[0]), jnp.asarray(ep.qd[0]), jnp.asarray(ep.tau[:steps]))
-        out += int(divergence_flags(robot, traj.q, traj.qd)[0])
+        traj = rollout(first, jnp.asarray(ep.q[0]), jnp.asarray(ep.qd[0]), jnp.asarray(ep.tau[:steps]))
+        out += int(np.sum(divergence_flags(robot, traj.q, traj.qd)))
         recorded += int(divergence_flags(robot, ep.q[None, : steps + 1], ep.qd[None, : steps + 1])[0])
-    return out, recorded, len(episodes)
+    return out, recorded, count * len(episodes)
 
 
 def fmt(x) -> str:
@@ -299,7 +302,7 @@ def main(argv=None) -> int:
                     replays = "-"
                     if model.family.learns_kinematics:
                         out, rec, k = replays_out_of_domain(
-                            model, draws, train.episodes + test.episodes, robot
+                            model, fit.posterior_samples(), train.episodes + test.episodes, robot
                         )
                         replays = f"{out}/{k} (recorded {rec})"
                     guide = fit.attrs["settings"]["guide"] + (" (base coords)" if identifiable else "")

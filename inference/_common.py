@@ -30,7 +30,8 @@ def raw_key(key) -> tuple[jax.Array, int | None]:
 
 
 def point_values(result, latent_sites) -> dict:
-    """Posterior mean of each latent site of a ``FitResult`` (a starting point), constrained space.
+    """Posterior mean of each latent site of a ``FitResult`` (a starting point), constrained space;
+    for an ensemble its first member (the mean of several modes' weights is no network of any).
 
     Raises:
         ValueError: the result lacks some of the model's latent sites.
@@ -41,6 +42,8 @@ def point_values(result, latent_sites) -> dict:
         raise ValueError(
             f"cannot initialise from a {result.variant!r} result: it lacks the sites {missing}"
         )
+    if result.ensemble_members() is not None:
+        return {k: samples[k][0] for k in latent_sites}
     return {k: jnp.mean(samples[k], axis=0) for k in latent_sites}
 
 

@@ -334,6 +334,16 @@ class FitResult:
     def num_draws(self) -> int:
         return int(self.idata["posterior"].sizes["draw"])
 
+    def ensemble_members(self) -> dict[str, jax.Array] | None:
+        """An ensemble fit's distinct members ``{site: (R, ...)}`` (``fit_svi(guide="ensemble")``:
+        draw i is member i % R), else None. Average the members' *predictions*, never their
+        weights: each member is its own mode."""
+        info = self.attrs.get("ensemble")
+        if not info:
+            return None
+        count = len(info["kept"])
+        return {k: v[:count] for k, v in self.posterior_samples().items()}
+
     def posterior_samples(self, *, group_by_chain: bool = False) -> dict[str, jax.Array]:
         """Latent sites ``{site name: (C * D, ...)}`` (or ``(C, D, ...)`` when grouped by chain).
 

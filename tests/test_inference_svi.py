@@ -292,6 +292,13 @@ def test_auto_guide_gives_network_weights_a_posterior():
     assert w.shape[0] == 1000 and float(np.std(w, axis=0).min()) > 0  # every weight varies
     np.testing.assert_array_equal(w[3:6], w[:3])  # draw i is member i % 3, equal weights
     assert len({float(x) for x in w[:, 0, 0]}) == 3
+    # the members themselves; a start taken from the fit is a member, not a mean of weights
+    from inference._common import point_values
+
+    members = fit.ensemble_members()
+    np.testing.assert_array_equal(members["ffnn_net/layers[1].weight"], w[:3])
+    start = point_values(fit, list(members))
+    np.testing.assert_array_equal(start["ffnn_net/layers[1].weight"], w[0])
     # the band of the predicted accelerations has width: not a point estimate
     draws = fit.posterior_samples()
     qdd_pred = jax.vmap(lambda s: jax.vmap(model.qdd_fn(s))(q, qd, tau))(draws)
