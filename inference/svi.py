@@ -523,13 +523,15 @@ def fit_svi(
             or learned placements, ``bayes_model.multimodal_start``, else 1); each runs
             ``restart_steps`` (default a tenth of the steps, at least 100) in one vmapped
             program, the best (lowest loss) continues. Recorded in ``attrs["restarts"]``.
+            With the ``"ensemble"`` guide: its members, each run for every step.
         resume: an SVI ``FitResult`` of the same variant, guide and data to continue from (its
             stored optimiser state, optimiser settings and loss trace); ``steps`` more are run.
         validation: held-out data (``ModelData`` or a ``data.Dataset``, e.g. the validation
             episodes of ``Dataset.split``) for early stopping: after every chunk of steps of
-            each optimisation stage (the MAP and the Gaussian stage of ``"auto"``) the model's
-            negative log-likelihood of it per observation is scored at the guide's median; a
-            stage stops after ``patience`` scores without improvement and keeps its best state
+            each optimisation stage (each ensemble member; the MAP and the Gaussian stage of a
+            Gaussian guide) the model's negative log-likelihood of it per observation is
+            scored at the guide's median; a stage (member) stops after ``patience`` scores
+            without improvement and keeps its best state
             (:mod:`inference.early_stopping`; how networks stop overfitting a few episodes).
             Recorded in ``attrs["early_stopping"]``. None: every step runs.
         patience: see ``validation`` (scores, i.e. chunks of ``chunk_size`` steps).
@@ -791,7 +793,7 @@ def fit_svi(
     members = None
     if guide == "ensemble":  # losses (steps, R): members whose loss stayed finite are kept
         last = monitors[-1] if monitors else None
-        kept = np.isfinite(losses[-1]) if last is None else np.isfinite(last._best_score)
+        kept = np.isfinite(losses[-1] if last is None else np.asarray(last.best_score))
         if not kept.any():
             raise FloatingPointError("every ensemble member's loss became non-finite")
         params = jax.vmap(svi.get_params)(state)
