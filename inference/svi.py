@@ -317,6 +317,15 @@ def _start_points(bayes_model, key, restarts: int):
     return [bayes_model.start_sample(k) for k in jax.random.split(key, restarts)]
 
 
+def _init_starts(bayes_model, make_guide, opt, elbo, data, *, key, starts, model_kwargs):
+    """One guide, SVI object and initial state per start (``starts``: init_loc_fns)."""
+    guides = [make_guide(fn) for fn in starts]
+    svis = [SVI(bayes_model.model, g, optax_to_numpyro(opt), elbo) for g in guides]
+    keys = jax.random.split(key, len(svis))
+    states = [svi.init(k, data, **model_kwargs) for svi, k in zip(svis, keys, strict=True)]
+    return svis, guides, states
+
+
 def _optimise(
     bayes_model,
     make_guide,
@@ -344,10 +353,9 @@ def _optimise(
     turned non-finite). ``monitor_factory(svi, guide)`` (optional) gives the
     :class:`~inference.early_stopping.EarlyStopping` of the remaining steps.
     """
-    guides = [make_guide(fn) for fn in starts]
-    svis = [SVI(bayes_model.model, g, optax_to_numpyro(opt), elbo) for g in guides]
-    keys = jax.random.split(key, len(svis))
-    states = [svi.init(k, data, **model_kwargs) for svi, k in zip(svis, keys, strict=True)]
+    svis, guides, states = _init_starts(
+        bayes_model, make_guide, opt, elbo, data, key=key, starts=starts, model_kwargs=model_kwargs
+    )
     timing = {"compile_s": 0.0, "run_s": 0.0}
     info = None
     losses = []
@@ -412,10 +420,10 @@ def _optimise_ensemble(
     program (a deep ensemble; each member stops on its own validation minimum where
     ``monitor_factory`` gives a batched monitor). Returns ``(svi, guide, stacked state, losses
     (steps, R), timing)``."""
-    guides = [make_guide(fn) for fn in starts]
-    svis = [SVI(bayes_model.model, g, optax_to_numpyro(opt), Trace_ELBO()) for g in guides]
-    keys = jax.random.split(key, len(svis))
-    states = [svi.init(k, data, **model_kwargs) for svi, k in zip(svis, keys, strict=True)]
+    svis, guides, states = _init_starts(
+        bayes_model, make_guide, opt, Trace_ELBO(), data, key=key, starts=starts,
+        model_kwargs=model_kwargs,
+    )
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *states)
     monitor = None if monitor_factory is None else monitor_factory(svis[0], guides[0])
     stacked, losses, c_s, r_s = _run_svi(
