@@ -4,9 +4,10 @@ For each system and dataset kind: make ``--duration`` s of data in ``--episode-d
 episodes, split by whole episodes (70/15/15 %), derive the network/noise normalisers from the
 training split (``models.data_scales``, stored in the model spec) and fit each variant with
 ``fit_svi`` at its defaults (prior-draw starts with restarts where the model has networks or
-learned placements; the ``"auto"`` guide: a MAP for white-box models, a low-rank Gaussian over
-every latent after the MAP for network models; for network models both stages stop early on
-the validation episodes, ``fit_svi(validation=...)``, unless ``--no-early-stopping``). The
+learned placements; the ``"auto"`` guide: a MAP for white-box models, an ensemble of MAPs from
+4 prior draws for network models, each member stopping early on the validation episodes, whose
+noise scales are then calibrated on them, ``fit_svi(validation=...)``, unless
+``--no-early-stopping``). The
 held-out (test) episodes are seen by no fit. White-box variants with a base-parameter
 geometry (``models.identifiable``) are fitted in it with a polished MAP, the library's path to
 NUTS (``--white-box-geometry whitened``: in the virtual parameters). One table row per variant:

@@ -19,6 +19,22 @@ import numpy as np
 from numpyro import handlers
 
 
+def _observed_log_probs(bayes_model, data, point, model_kwargs) -> list:
+    """The log-probabilities (each weighted by its plate scale) of the model's observed sites
+    with the latent sites substituted from ``point``, one array per site."""
+    model = handlers.substitute(handlers.seed(bayes_model.model, 0), data=point)
+    trace = handlers.trace(model).get_trace(data, **model_kwargs)
+    out = []
+    for site in trace.values():
+        if site["type"] != "sample" or not site["is_observed"]:
+            continue
+        lp = site["fn"].log_prob(site["value"])
+        if site.get("scale") is not None:
+            lp = site["scale"] * lp
+        out.append(lp)
+    return out
+
+
 def heldout_nll(bayes_model, data, num_obs: int, *, model_kwargs=None) -> Callable:
     """``point -> negative log-likelihood of data per observation`` (jittable).
 
@@ -35,19 +51,26 @@ def heldout_nll(bayes_model, data, num_obs: int, *, model_kwargs=None) -> Callab
     model_kwargs = model_kwargs or {}
 
     def nll(point):
-        model = handlers.substitute(handlers.seed(bayes_model.model, 0), data=point)
-        trace = handlers.trace(model).get_trace(data, **model_kwargs)
-        total = jnp.zeros(())
-        for site in trace.values():
-            if site["type"] != "sample" or not site["is_observed"]:
-                continue
-            lp = jnp.sum(site["fn"].log_prob(site["value"]))
-            if site.get("scale") is not None:
-                lp = site["scale"] * lp
-            total = total + lp
-        return -total / num_obs
+        lps = _observed_log_probs(bayes_model, data, point, model_kwargs)
+        return -sum((jnp.sum(lp) for lp in lps), jnp.zeros(())) / num_obs
 
     return nll
+
+
+def heldout_log_likelihood(bayes_model, data, *, model_kwargs=None) -> Callable:
+    """``point -> (M,)`` log-likelihood of each observed element of ``data`` (jittable).
+
+    As :func:`heldout_nll`, without the sum: the observed sites' log-probabilities (per row, or
+    per row and joint, as the site factorises), flattened and concatenated. Stacked over the
+    members of an ensemble it gives the mixture's predictive density of every element.
+    """
+    model_kwargs = model_kwargs or {}
+
+    def loglik(point):
+        lps = _observed_log_probs(bayes_model, data, point, model_kwargs)
+        return jnp.concatenate([jnp.ravel(lp) for lp in lps])
+
+    return loglik
 
 
 def _select(mask, new, old):

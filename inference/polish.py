@@ -201,6 +201,7 @@ def polish_map_batched(
     data,
     points: dict,
     *,
+    sites=None,
     max_iter: int = 100,
     gtol: float = 1e-6,
     batch_size: int = 8,
@@ -212,6 +213,11 @@ def polish_map_batched(
     own damping, step acceptance and stopping test (a joint Newton over the stacked problem
     shares one damping, so one hard replicate stalls all of them).
 
+    Args:
+        sites: latent sites to move (default: all); the others stay at their values in
+            ``points`` (a conditional MAP, e.g. the noise scales given a network's weights). The
+            reports' gradients and Hessians are those of the moved sites.
+
     Returns:
         ``(points, reports)``: polished ``{site: (R, ...)}`` (constrained space) and one
         :class:`MapReport` per replicate.
@@ -219,23 +225,28 @@ def polish_map_batched(
     _check_options(max_iter, gtol)
     model = bayes_model.model
     unconstrained = jax.vmap(lambda p, d: unconstrain_fn(model, (d,), {}, p))(points, data)
-    first = jax.tree.map(lambda v: v[0], unconstrained)
+    moving = list(points) if sites is None else list(sites)
+    missing = sorted(set(moving) - set(points))
+    if missing:
+        raise ValueError(f"sites {missing} are not in the points (latent sites: {sorted(points)})")
+    held = {k: v for k, v in unconstrained.items() if k not in moving}
+    first = {k: unconstrained[k][0] for k in moving}
     _, unravel = ravel_pytree(first)
-    x0 = jax.vmap(lambda u: ravel_pytree(u)[0])(unconstrained)
+    x0 = jax.vmap(lambda u: ravel_pytree(u)[0])({k: unconstrained[k] for k in moving})
 
-    def energy(x, d):
-        return potential_energy(model, (d,), {}, unravel(x))
+    def energy(x, d, h):
+        return potential_energy(model, (d,), {}, {**h, **unravel(x)})
 
     value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(energy)))
     f_energy = jax.jit(jax.vmap(energy))
     hessian = jax.jit(
-        jax.vmap(lambda x, d: _hessian(jax.grad(lambda y: energy(y, d)), x, batch_size))
+        jax.vmap(lambda x, d, h: _hessian(jax.grad(lambda y: energy(y, d, h)), x, batch_size))
     )
     dtype = x0.dtype
     eps = float(jnp.finfo(dtype).eps)
     x = np.array(x0, np.float64)
     R = x.shape[0]
-    e, g = value_and_grad(jnp.asarray(x, dtype), data)
+    e, g = value_and_grad(jnp.asarray(x, dtype), data, held)
     e, g = np.array(e, np.float64), np.array(g, np.float64)
     bad = np.flatnonzero(~np.isfinite(e)).tolist()
     if bad:
@@ -247,7 +258,7 @@ def polish_map_batched(
         if not active.any():
             break
         iterations[active] += 1
-        H = np.asarray(hessian(jnp.asarray(x, dtype), data), np.float64)
+        H = np.asarray(hessian(jnp.asarray(x, dtype), data, held), np.float64)
         w, V = np.linalg.eigh(0.5 * (H + np.swapaxes(H, 1, 2)))
         Vg = np.einsum("rij,ri->rj", V, g)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -260,7 +271,7 @@ def polish_map_batched(
             if not pending.any():
                 break
             trial = _damped_step(w, V, Vg, damping)
-            e_new = np.asarray(f_energy(jnp.asarray(x + trial, dtype), data), np.float64)
+            e_new = np.asarray(f_energy(jnp.asarray(x + trial, dtype), data, held), np.float64)
             ok = pending & np.isfinite(e_new) & (e_new < e)
             step[ok] = trial[ok]
             pending &= ~ok
@@ -270,12 +281,12 @@ def polish_map_batched(
         x[moved] += step[moved]
         damping[moved] = np.maximum(damping[moved] / 10.0, 1e-12)
         active &= ~stalled
-        e_all, g_all = value_and_grad(jnp.asarray(x, dtype), data)
+        e_all, g_all = value_and_grad(jnp.asarray(x, dtype), data, held)
         e[moved] = np.asarray(e_all, np.float64)[moved]
         g[moved] = np.asarray(g_all, np.float64)[moved]
-    H = np.asarray(hessian(jnp.asarray(x, dtype), data), np.float64)
+    H = np.asarray(hessian(jnp.asarray(x, dtype), data, held), np.float64)
     reports = [_end_report(H[r], g[r], e[r], iterations[r], gtol, eps) for r in range(R)]
-    out = jax.vmap(lambda u, d: constrain_fn(model, (d,), {}, unravel(u)))(
-        jnp.asarray(x, dtype), data
+    out = jax.vmap(lambda u, d, h: constrain_fn(model, (d,), {}, {**h, **unravel(u)}))(
+        jnp.asarray(x, dtype), data, held
     )
     return {k: out[k] for k in points}, reports

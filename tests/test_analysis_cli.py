@@ -166,3 +166,7 @@ def test_fit_of_a_network_variant_stops_early_on_held_out_episodes(tmp_path, cap
     assert result.attrs["settings"]["validation"]["samples"] == held_out
     sigma = result.idata["posterior"]["sigma_qdd"].values[0]  # (draws, joints), member i % 4
     np.testing.assert_array_equal(sigma[4:8], sigma[:4])
+    # the noise calibrated on the held-out episodes is recorded with the saved result
+    calibration = result.attrs["ensemble"]["noise_calibration"]
+    assert len(calibration["factor"]["log_sigma_qdd"]) == 2
+    assert calibration["validation_nlpd_after"] <= calibration["validation_nlpd_before"]

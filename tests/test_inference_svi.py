@@ -280,7 +280,12 @@ def test_auto_guide_gives_network_weights_a_posterior():
     model = build_model("ffnn", robot)
     assert default_guide(model) == "ensemble"
     assert default_guide(build_model("diffnea/viscous/informative", robot)) == "delta"
-    fit = fit_svi(model, data, key=0, steps=40, restarts=3, **FAST)
+    vq, vqd, vqdd = bn.sample_states(robot, 4, 30)
+    vtau = jax.random.normal(jax.random.key(6), vq.shape, vq.dtype)
+    valid = ModelData(vq, vqd, vqdd, vtau)
+    # validation with a patience longer than the run: no member stops early, the noise scales
+    # are calibrated on it
+    fit = fit_svi(model, data, key=0, steps=40, restarts=3, validation=valid, patience=100, **FAST)
     assert fit.attrs["settings"]["guide"] == "ensemble" and fit.attrs["restarts"] is None
     assert fit.attrs["settings"]["members"] == 3 and fit.attrs["ensemble"]["kept"] == [0, 1, 2]
     # one MAP per member, each from its own prior draw, all trained for every step
@@ -305,6 +310,50 @@ def test_auto_guide_gives_network_weights_a_posterior():
     assert float(np.std(np.asarray(qdd_pred), axis=0).min()) > 0
     with pytest.raises(ValueError, match="'ensemble' guide starts its members"):
         fit_svi(model, data, key=0, steps=10, guide="ensemble", init=draws, **FAST)
+    # noise scales, checked with scipy: (1) each member's is its conditional MAP given its
+    # weights (the 1-D optimum of the Gaussian likelihood of its own training residuals plus the
+    # whitened N(0, 1) prior) times (2) one factor per joint that maximises the equal-weight
+    # mixture's log predictive density of the validation data
+    from scipy.optimize import minimize, minimize_scalar
+    from scipy.special import logsumexp
+    from scipy.stats import norm
+
+    (site,) = model.noise_sites
+    ens = fit.attrs["ensemble"]
+    assert all(r["converged"] for r in ens["noise_profile"])
+    factor = np.asarray(ens["noise_calibration"]["factor"]["log_sigma_qdd"])
+    loc, scale = site.prior.loc, site.prior.scale
+    sigma = np.exp(loc + scale * np.asarray(members[site.site]))  # (3, n)
+    for i in range(3):
+        member = {k: v[i] for k, v in members.items()}
+        resid = np.asarray(qdd - jax.vmap(model.qdd_fn(member))(q, qd, tau))
+        for j in range(robot.n):
+
+            def energy(z, r=resid[:, j], j=j):
+                return -norm.logpdf(r, 0.0, np.exp(loc[j] + scale[j] * z)).sum() - norm.logpdf(z)
+
+            best = minimize_scalar(
+                energy, bounds=(-30, 30), method="bounded", options={"xatol": 1e-10}
+            )
+            profiled = np.exp(loc[j] + scale[j] * best.x)
+            assert sigma[i, j] == pytest.approx(profiled * factor[j], rel=1e-6)
+    mean = np.stack(
+        [jax.vmap(model.qdd_fn({k: v[i] for k, v in members.items()}))(vq, vqd, vtau) for i in range(3)]
+    )
+
+    def mixture_nlpd(log_c):  # the predictive density of each observed row (both joints)
+        lp = norm.logpdf(np.asarray(vqdd), mean, sigma[:, None] * np.exp(log_c)).sum(-1)
+        return -np.mean(logsumexp(lp, axis=0) - np.log(3))
+
+    best = minimize(
+        mixture_nlpd, np.full(robot.n, 0.3), method="Nelder-Mead",
+        options={"xatol": 1e-8, "fatol": 1e-14},
+    )
+    np.testing.assert_allclose(best.x, 0.0, atol=1e-4)  # the stored scales are at the optimum
+    before = ens["noise_calibration"]["validation_nlpd_before"]
+    after = ens["noise_calibration"]["validation_nlpd_after"]
+    assert after <= before
+    assert after == pytest.approx(mixture_nlpd(np.zeros(robot.n)) / robot.n, rel=1e-8)
 
 
 # --- early stopping on held-out data (inference.early_stopping) ---------------------------------

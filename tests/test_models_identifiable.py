@@ -180,6 +180,18 @@ def test_batched_newton_map_reaches_the_closed_form_mode_from_each_start():
     for r in range(2):
         beta = np.asarray(model.condition.beta(points[BASE_SITE][r]))
         np.testing.assert_allclose(beta, mean, atol=1e-6 * np.sqrt(np.diag(cov)).max() + 1e-12)
+    # a conditional MAP (sites=): only the base site moves; at the joint mode's other values the
+    # conditional mode is the joint mode
+    other = [k for k in points if k != BASE_SITE]
+    moved = {k: v.at[1].add(0.7) if k == BASE_SITE else v for k, v in points.items()}
+    again, reports = polish_map_batched(model, stacked, moved, sites=[BASE_SITE])
+    assert all(r.converged for r in reports), [r.message for r in reports]
+    for k in other:
+        np.testing.assert_array_equal(np.asarray(again[k]), np.asarray(points[k]))
+    beta = np.asarray(model.condition.beta(again[BASE_SITE][1]))
+    np.testing.assert_allclose(beta, mean, atol=1e-6 * np.sqrt(np.diag(cov)).max() + 1e-12)
+    with pytest.raises(ValueError, match="not in the points"):
+        polish_map_batched(model, stacked, points, sites=["no_such_site"])
 
 
 @pytest.mark.slow
