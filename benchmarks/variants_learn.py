@@ -25,7 +25,9 @@ NUTS (``--white-box-geometry whitened``: in the virtual parameters). One table r
   with a positive definite Hessian; with early stopping: a validation minimum), the restarts'
   loss spread, the steps each early-stopped stage kept (MAP + Gaussian), wall s;
 - network variants: the 90 % posterior-predictive band (noise included) of the held-out
-  accelerations: mean width and coverage per joint (``analysis.diagnostics.heldout_ppc``).
+  accelerations: mean width and coverage per joint (``analysis.diagnostics.heldout_ppc``), and
+  the coverage on each of ``--extra-test`` s of further episodes (an independent recording of
+  the same plant): one 5 s test episode is a single draw of how hard an episode is.
 
 Kinds: ``trajectories`` and ``hardware`` (this library's generator) and ``foreign``: a log a user
 would bring: Pinocchio (a dynamics library we did not write) integrates the system with RK4 at
@@ -37,6 +39,7 @@ inertia 35 % light (the model's "informative" prior is centred on that wrong URD
 
     python benchmarks/variants_learn.py [--systems cartpole furuta] [--kinds trajectories
         hardware foreign] [--duration 30] [--episode-duration 5] [--steps 3000] [--variants ...]
+        [--noise normal|student-t]
 """
 
 from __future__ import annotations
@@ -191,6 +194,36 @@ def dataset_for(system: str, kind: str, args, workdir: str):
     return train, valid, test, robot, clean, np.asarray(ds.true_params["theta"])
 
 
+def extra_test_for(system: str, kind: str, args, workdir: str, robot, true_theta):
+    """``args.extra_test`` s of further held-out episodes: an independent recording (seed + 1)
+    of the same plant, seen by no fit, for coverage over several episodes."""
+    seed = args.seed + 1
+    if kind == "foreign":
+        path = os.path.join(workdir, f"{system}-foreign-extra.csv")
+        foreign_log(system, path, seconds=args.extra_test, episode=args.episode_duration, seed=seed)
+        return import_log(path, robot, system=system)
+    ds = generate_dataset(
+        system, kind, seed=seed, duration=args.extra_test, episode_duration=args.episode_duration
+    )
+    if not np.allclose(np.asarray(ds.true_params["theta"]), true_theta):
+        raise RuntimeError(f"{system}/{kind}: seed {seed} simulates another plant")
+    return ds
+
+
+def episode_coverage(model, fit, extra) -> str:
+    """90 % band coverage per joint on each episode of ``extra``: ``mean [min-max]`` per joint."""
+    cov = np.array(
+        [
+            heldout_ppc(model, fit, extra.replace(episodes=(ep,)))["coverage_per_joint"]
+            for ep in extra.episodes
+        ]
+    )
+    return "/".join(
+        f"{m:.3g} [{lo:.2f}-{hi:.2f}]"
+        for m, lo, hi in zip(cov.mean(0), cov.min(0), cov.max(0), strict=True)
+    )
+
+
 def nmse(pred, truth) -> np.ndarray:
     pred, truth = np.asarray(pred), np.asarray(truth)
     return np.mean((pred - truth) ** 2, axis=0) / np.var(truth, axis=0)
@@ -244,11 +277,25 @@ def main(argv=None) -> int:
     p.add_argument("--variants", nargs="+", default=None, help="default: per kind (VARIANTS)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--extra-test",
+        type=float,
+        default=30.0,
+        help="seconds of further held-out episodes (an independent recording of the same plant, "
+        "seed + 1) on which network bands' coverage is measured per episode (0: none)",
+    )
+    p.add_argument(
         "--white-box-geometry",
         choices=("identifiable", "whitened"),
         default="identifiable",
         help="white-box variants: base-parameter coordinates and a polished MAP (the library's "
         "NUTS path, as the main job) or the whitened virtual parameters",
+    )
+    p.add_argument(
+        "--noise",
+        choices=("normal", "student-t"),
+        default="normal",
+        help="observation noise of every model (student-t: 4 degrees of freedom, for recorded "
+        "accelerations with heavy-tailed errors such as filtered differences)",
     )
     p.add_argument(
         "--no-early-stopping",
@@ -259,18 +306,23 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     print(
         f"# variants learn: {args.duration:g} s per dataset in {args.episode_duration:g} s "
-        f"episodes, {args.steps} SVI steps, seed {args.seed}\n"
+        f"episodes, {args.steps} SVI steps, seed {args.seed}, {args.noise} noise\n"
     )
     head = (
         "| variant | NMSE recorded | NMSE noise-free | base err | replays out | converged | "
         "grad rms/sqrt(N) | restarts spread | kept steps | s | guide | 90 % band width | "
-        "coverage |"
+        "coverage | coverage, more episodes: mean [min-max] |"
     )
     with tempfile.TemporaryDirectory() as workdir:
         for system in args.systems:
             for kind in args.kinds:
                 train, valid, test, robot, clean, true_theta = dataset_for(
                     system, kind, args, workdir
+                )
+                extra = (
+                    extra_test_for(system, kind, args, workdir, robot, true_theta)
+                    if args.extra_test > 0
+                    else None
                 )
                 md = model_data(train, robot=robot)
                 scales = data_scales(md, robot)
@@ -281,7 +333,7 @@ def main(argv=None) -> int:
                 print(head)
                 print("|" + " --- |" * (head.count("|") - 1))
                 for variant in args.variants or VARIANTS[kind]:
-                    model = build_model(variant, robot, scales=scales)
+                    model = build_model(variant, robot, scales=scales, noise=args.noise)
                     identifiable = False
                     if args.white_box_geometry == "identifiable":
                         model, geometry = identifiable_where_possible(model)
@@ -309,16 +361,18 @@ def main(argv=None) -> int:
                     guide = fit.attrs["settings"]["guide"] + (" (base coords)" if identifiable else "")
                     stages = fit.attrs.get("early_stopping") or ()
                     kept = " + ".join(str(st["best_step"]) for st in stages) or "-"
-                    band = cover = "-"
+                    band = cover = more = "-"
                     if not guide.startswith("delta"):
                         ppc = heldout_ppc(model, fit, test)
                         band, cover = fmt(ppc["width_per_joint"]), fmt(ppc["coverage_per_joint"])
+                        if extra is not None:
+                            more = f"{len(extra.episodes)}: {episode_coverage(model, fit, extra)}"
                     print(
                         f"| {variant} | {fmt(nmse(mean, test.arrays()[2]))} | {fmt(nmse(mean, clean))}"
                         f" | {'-' if err is None else f'{err:.3g}'} | {replays} | {c['converged']} "
                         f"(loss {c['loss_converged']}) | {c['grad_relative']:.3g} | "
                         f"{'-' if r is None else f'{r['spread']:.3g} ({r['restarts']})'} | "
-                        f"{kept} | {wall:.0f} | {guide} | {band} | {cover} |",
+                        f"{kept} | {wall:.0f} | {guide} | {band} | {cover} | {more} |",
                         flush=True,
                     )
                 print()
