@@ -51,3 +51,9 @@ def test_band_matches_the_noise_quantiles():
     sd = np.sqrt(0.09 / N_POINTS)
     assert np.all(np.abs(np.asarray(ppc["coverage_per_joint"]) - 0.9) < 4 * sd), ppc
     assert ppc["nmse"][0] > 0
+    # every draw is the generating sample: the residuals are the noise itself, heavy-tailed
+    resid = np.asarray(qdd - mean)
+    np.testing.assert_allclose(
+        ppc["residual_excess_kurtosis_per_joint"], stats.kurtosis(resid, axis=0), rtol=1e-10
+    )
+    assert min(ppc["residual_excess_kurtosis_per_joint"]) > 0.5  # t(4): infinite in theory
