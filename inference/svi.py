@@ -441,6 +441,13 @@ def _optimise_ensemble(
     return svis[0], guides[0], stacked, losses, {"compile_s": c_s, "run_s": r_s}
 
 
+def _noise_members(bayes_model, points: list[dict], latent):
+    """``(noise sites, {site: (R, ...)})``: the model's latent noise sites (GaussianSite) and the
+    members' points stacked."""
+    sites = [s for s in getattr(bayes_model, "noise_sites", ()) if s.site in latent]
+    return sites, {k: jnp.stack([p[k] for p in points]) for k in latent}
+
+
 def _profile_noise(bayes_model, data, points: list[dict], latent) -> tuple[list[dict], list]:
     """Each member's noise scales at their conditional MAP given its other values.
 
@@ -452,13 +459,14 @@ def _profile_noise(bayes_model, data, points: list[dict], latent) -> tuple[list[
     Returns ``(points, [MapReport._asdict() per member])``; unchanged points and ``[]`` where the
     model has no latent noise sites.
     """
-    sites = [s.site for s in getattr(bayes_model, "noise_sites", ()) if s.site in latent]
+    sites, stacked = _noise_members(bayes_model, points, latent)
     if not sites:
         return points, []
     R = len(points)
-    stacked = {k: jnp.stack([p[k] for p in points]) for k in latent}
     batched = jax.tree.map(lambda x: jnp.broadcast_to(x, (R, *jnp.shape(x))), data)
-    out, reports = polish_map_batched(bayes_model, batched, stacked, sites=sites, max_iter=50)
+    out, reports = polish_map_batched(
+        bayes_model, batched, stacked, sites=[s.site for s in sites], max_iter=50
+    )
     return [{k: v[i] for k, v in out.items()} for i in range(R)], [r._asdict() for r in reports]
 
 
@@ -480,11 +488,10 @@ def _calibrate_noise(
     """
     from scipy.optimize import minimize
 
-    sites = [s for s in getattr(bayes_model, "noise_sites", ()) if s.site in latent]
+    sites, stacked = _noise_members(bayes_model, points, latent)
     if not sites:
         return points, {}
     R = len(points)
-    stacked = {k: jnp.stack([p[k] for p in points]) for k in latent}
     loglik = jax.vmap(heldout_log_likelihood(bayes_model, val_data))
     dtype = stacked[sites[0].site].dtype
     # a log factor d moves the latent by d / scale where the site is whitened (log sigma = loc +
