@@ -4,8 +4,9 @@ Fits ``variant`` on ``system``/``kind`` as ``benchmarks/variants_learn.py`` does
 episodes, 3,000 steps, early stopping and noise calibration on the validation episode), undoes
 the stored calibration, then calibrates the noise factor on each of the 8 episodes the fit did
 not train on in turn (validation, test and 6 further episodes of an independent recording) and
-prints the mean 90 % band coverage of the other 7 per joint, and the mean, sd and range over
-the choices.
+prints the mean 90 % band coverage (``analysis.diagnostics.heldout_ppc``, the band the
+variants benchmark scores) of the other 7 per joint, and the mean, sd and range over the
+choices.
 
     python benchmarks/calibration_spread.py cartpole foreign ffnn
 """
@@ -19,11 +20,10 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 sys.path.insert(0, _HERE)
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import variants_learn as vl  # noqa: E402
 
-from analysis.diagnostics import heldout_predictions  # noqa: E402
+from analysis.diagnostics import heldout_ppc  # noqa: E402
 from inference import fit_svi  # noqa: E402
 from inference._validate import fit_inputs  # noqa: E402
 from inference.svi import _calibrate_noise  # noqa: E402
@@ -56,35 +56,36 @@ def main() -> None:
     R = next(iter(members.values())).shape[0]
     (site,) = model.noise_sites
     f = np.asarray(fit.attrs["ensemble"]["noise_calibration"]["factor"][site.name])
-    latent = list(members)
-    prof = dict(members)
-    prof[site.site] = members[site.site] - np.log(f) / site.prior.scale
-    points = [{k: v[i] for k, v in prof.items()} for i in range(R)]
+    profiled = dict(members)  # the calibration undone: the members' own noise MAPs
+    profiled[site.site] = members[site.site] - np.log(f) / site.prior.scale
     episodes = [
         valid.replace(episodes=(ep,)) for ep in valid.episodes + test.episodes + extra.episodes
     ]
 
-    def coverage(pts, ds):
-        """Mean 90 % band coverage per joint of the members' mixture (200 draws, Normal noise)."""
-        st = {k: jnp.stack([p[k] for p in pts]) for k in latent}
-        mu = np.asarray(heldout_predictions(model, st, ds))  # (R, N, n)
-        sig = np.exp(site.prior.loc + site.prior.scale * np.asarray(st[site.site]))  # (R, n)
-        rng = np.random.default_rng(0)
-        draws = mu[np.arange(200) % R] + sig[np.arange(200) % R][:, None] * rng.standard_normal(
-            (200,) + mu.shape[1:]
-        )
-        lo, hi = np.quantile(draws, [0.05, 0.95], axis=0)
-        y = np.asarray(ds.arrays()[2])
-        return ((y >= lo) & (y <= hi)).mean(0)
+    class Mixture:
+        """The members as 200 draws, draw i = member i % R (as ``fit_svi`` stores them)."""
+
+        def __init__(self, stacked):
+            self.stacked = stacked
+
+        def posterior_samples(self):
+            return {k: v[np.arange(200) % R] for k, v in self.stacked.items()}
 
     rows = []
     for i, cal in enumerate(episodes):
         obs, vdata, _ = fit_inputs(model, model_data(cal, robot=robot))
-        pts, rec = _calibrate_noise(model, vdata, int(np.size(obs.q)), points, latent)
-        covs = np.array([coverage(pts, ds) for j, ds in enumerate(episodes) if j != i])
+        calibrated, rec = _calibrate_noise(model, vdata, int(np.size(obs.q)), profiled)
+        covs = np.array(
+            [
+                heldout_ppc(model, Mixture(calibrated), ds)["coverage_per_joint"]
+                for j, ds in enumerate(episodes)
+                if j != i
+            ]
+        )
         rows.append(covs.mean(0))
         print(
-            f"calibrated on episode {i}: factor {np.round(rec['factor'][site.name], 2)}, mean coverage of the other {len(covs)}: {np.round(covs.mean(0), 3)}",
+            f"calibrated on episode {i}: factor {np.round(rec['factor'][site.name], 2)}, "
+            f"mean coverage of the other {len(covs)}: {np.round(covs.mean(0), 3)}",
             flush=True,
         )
     rows = np.array(rows)

@@ -441,14 +441,12 @@ def _optimise_ensemble(
     return svis[0], guides[0], stacked, losses, {"compile_s": c_s, "run_s": r_s}
 
 
-def _noise_members(bayes_model, points: list[dict], latent):
-    """``(noise sites, {site: (R, ...)})``: the model's latent noise sites (GaussianSite) and the
-    members' points stacked."""
-    sites = [s for s in getattr(bayes_model, "noise_sites", ()) if s.site in latent]
-    return sites, {k: jnp.stack([p[k] for p in points]) for k in latent}
+def _noise_sites(bayes_model, members: dict) -> list:
+    """The model's latent noise sites (``GaussianSite``) present in ``members``."""
+    return [s for s in getattr(bayes_model, "noise_sites", ()) if s.site in members]
 
 
-def _profile_noise(bayes_model, data, points: list[dict], latent) -> tuple[list[dict], list]:
+def _profile_noise(bayes_model, data, members: dict) -> tuple[dict, list]:
     """Each member's noise scales at their conditional MAP given its other values.
 
     Adam at a constant rate leaves the log-noise sites behind the residual while the weights
@@ -456,23 +454,21 @@ def _profile_noise(bayes_model, data, points: list[dict], latent) -> tuple[list[
     residual's rms at the kept step, bands covering 0.99 instead of 0.90); a few damped Newton
     steps on those sites alone (:func:`inference.polish.polish_map_batched` with ``sites``, a
     convex problem for Normal noise) put them where the member's own likelihood has them.
-    Returns ``(points, [MapReport._asdict() per member])``; unchanged points and ``[]`` where the
-    model has no latent noise sites.
+    ``members``: ``{latent site: (R, ...)}``. Returns ``(members, [MapReport._asdict() per
+    member])``; unchanged and ``[]`` where the model has no latent noise sites.
     """
-    sites, stacked = _noise_members(bayes_model, points, latent)
+    sites = _noise_sites(bayes_model, members)
     if not sites:
-        return points, []
-    R = len(points)
+        return members, []
+    R = next(iter(members.values())).shape[0]
     batched = jax.tree.map(lambda x: jnp.broadcast_to(x, (R, *jnp.shape(x))), data)
     out, reports = polish_map_batched(
-        bayes_model, batched, stacked, sites=[s.site for s in sites], max_iter=50
+        bayes_model, batched, members, sites=[s.site for s in sites], max_iter=50
     )
-    return [{k: v[i] for k, v in out.items()} for i in range(R)], [r._asdict() for r in reports]
+    return out, [r._asdict() for r in reports]
 
 
-def _calibrate_noise(
-    bayes_model, val_data, num_obs: int, points: list[dict], latent
-) -> tuple[list[dict], dict]:
+def _calibrate_noise(bayes_model, val_data, num_obs: int, members: dict) -> tuple[dict, dict]:
     """Scale every member's noise scales by one factor per noise element (e.g. per joint),
     chosen to maximise the equal-weight mixture's log predictive density of the validation data.
 
@@ -482,18 +478,19 @@ def _calibrate_noise(
     ``ffnn`` (trajectories), training-residual noise gave held-out 90 % bands covering 0.87 /
     0.79. The factors are fitted on the validation episodes by the logarithmic score (a proper
     scoring rule, the criterion stacking uses; Yao et al. 2018), one optimisation of a few
-    numbers. Returns ``(points, record)``: ``record`` holds ``factor`` per noise site and the
+    numbers. ``members``: ``{latent site: (R, ...)}``. Returns ``(members, record)``:
+    ``record`` holds ``factor`` per noise site and the
     validation negative log predictive density per observed scalar (``num_obs``) before and
     after.
     """
     from scipy.optimize import minimize
 
-    sites, stacked = _noise_members(bayes_model, points, latent)
+    sites = _noise_sites(bayes_model, members)
     if not sites:
-        return points, {}
-    R = len(points)
+        return members, {}
+    R = next(iter(members.values())).shape[0]
     loglik = jax.vmap(heldout_log_likelihood(bayes_model, val_data))
-    dtype = stacked[sites[0].site].dtype
+    dtype = members[sites[0].site].dtype
     # a log factor d moves the latent by d / scale where the site is whitened (log sigma = loc +
     # scale z), by d where it is log sigma itself
     per_unit = [
@@ -502,11 +499,11 @@ def _calibrate_noise(
     sizes = [int(np.prod(s.shape)) for s in sites]
 
     def shifted(d):
-        out = dict(stacked)
+        out = dict(members)
         for s, part, unit in zip(
             sites, jnp.split(d, np.cumsum(sizes)[:-1]), per_unit, strict=True
         ):
-            out[s.site] = stacked[s.site] + (part.reshape(s.shape) * unit)[None]
+            out[s.site] = members[s.site] + (part.reshape(s.shape) * unit)[None]
         return out
 
     def nlpd(d):  # summed (per-observation means stop L-BFGS on its absolute tolerances early)
@@ -524,14 +521,13 @@ def _calibrate_noise(
     opt = minimize(fun, start, jac=True, method="L-BFGS-B", bounds=[(-3.0, 3.0)] * start.size)
     if not (np.isfinite(opt.fun) and opt.fun <= before):
         opt.x, opt.fun = start, before
-    out = shifted(jnp.asarray(opt.x, dtype))
     parts = np.split(np.asarray(opt.x, np.float64), np.cumsum(sizes)[:-1])
     record = {
         "factor": {s.name: np.exp(part).tolist() for s, part in zip(sites, parts, strict=True)},
         "validation_nlpd_before": float(before) / num_obs,
         "validation_nlpd_after": float(opt.fun) / num_obs,
     }
-    return [{k: v[i] for k, v in out.items()} for i in range(R)], record
+    return shifted(jnp.asarray(opt.x, dtype)), record
 
 
 def gradient_norm(bayes_model, data, point: dict, *, model_kwargs=None) -> float:
@@ -919,12 +915,13 @@ def fit_svi(
         params = svi.get_params(state)
         points = [guide_obj.median(params)]
     else:
-        points = [{k: v[i] for k, v in stacked_points.items()} for i in members["kept"]]
-        points, members["noise_profile"] = _profile_noise(bayes_model, data, points, latent)
+        kept_points = {k: stacked_points[k][np.asarray(members["kept"])] for k in latent}
+        kept_points, members["noise_profile"] = _profile_noise(bayes_model, data, kept_points)
         if val_nll is not None:
-            points, members["noise_calibration"] = _calibrate_noise(
-                bayes_model, val_data, int(np.size(val_obs.q)), points, latent
+            kept_points, members["noise_calibration"] = _calibrate_noise(
+                bayes_model, val_data, int(np.size(val_obs.q)), kept_points
             )
+        points = [{k: v[i] for k, v in kept_points.items()} for i in range(len(members["kept"]))]
     grad_rel = grad = -np.inf
     for point in points:  # the gradient test at every point estimate: the worst one counts
         point = {k: point[k] for k in latent}
@@ -963,12 +960,11 @@ def fit_svi(
     else:
         report["message"] += f"; gradient rms {grad_rel:.3g} x sqrt(observations)"
     if members is not None:  # one draw per kept member: the ensemble's equal-weight mixture
-        stacked = {k: jnp.stack([p[k] for p in points]) for k in latent}
         # the mixture of the kept members with equal weights as num_samples draws, member
         # i % R for draw i: downstream bands (noise drawn per draw) see each member equally
         members["draw_member"] = "draw i is kept member i % len(kept)"
         idx = np.arange(num_samples) % len(points)
-        samples = {k: v[idx][None] for k, v in stacked.items()}
+        samples = {k: v[idx][None] for k, v in kept_points.items()}
     else:
         params = svi.get_params(state)
         draws = 1 if guide == "delta" else num_samples
