@@ -29,6 +29,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
+from inference.laplace import potential_hessian
+
 
 class MapReport(NamedTuple):
     """The end of a :func:`polish_map` run.
@@ -154,8 +156,10 @@ def polish_map(
         return potential_energy(bayes_model.model, (data,), {}, unravel(x))
 
     value_and_grad = jax.jit(jax.value_and_grad(energy))
-    hessian = jax.jit(lambda x: _hessian(jax.grad(energy), x, batch_size))
     f_energy = jax.jit(energy)
+
+    def hessian(x):  # the program laplace_inverse_mass compiles too: compiled once for both
+        return potential_hessian(bayes_model, data, unravel(x), batch_size=batch_size)
 
     x = np.asarray(x0, np.float64)
     dtype = x0.dtype
