@@ -26,27 +26,33 @@ def cartpole():
     return robot, ModelData(q, qd, qdd, tau)
 
 
-def _likelihood_gradients(model, data, point):
-    prepared = model.prepare(data)
+def _likelihood_gradient_fn(model):
+    """Jitted ``(point, prepared data) -> gradient of the log-likelihood`` (compiled once per
+    model: a second start point reuses the program)."""
 
-    def loglik(z):
+    def loglik(z, prepared):
         ll = log_likelihood(model.model, z, prepared, batch_ndims=0)
         return sum(jnp.sum(v) for v in ll.values())
 
-    return jax.jit(jax.grad(loglik))(point)
+    return jax.jit(jax.grad(loglik))
+
+
+def _likelihood_gradients(model, data, point):
+    return _likelihood_gradient_fn(model)(point, model.prepare(data))
 
 
 def _check_variant(name, robot, data):
     model = build_model(name, robot)
     start = model.start_sample(jax.random.key(0))
     assert set(start) == set(model.latent_sites)
-    grads = _likelihood_gradients(model, data, start)
+    gradient, prepared = _likelihood_gradient_fn(model), model.prepare(data)
+    grads = gradient(start, prepared)
     norms = {k: float(jnp.linalg.norm(jnp.ravel(g))) for k, g in grads.items()}
     assert all(np.isfinite(v) for v in norms.values()), f"{name}: non-finite gradient {norms}"
     zero = {k for k, v in norms.items() if v == 0}
     assert zero <= STRUCTURAL_ZEROS, f"{name}: zero likelihood gradient at the start for {zero}"
     if zero:
-        other = _likelihood_gradients(model, data, model.start_sample(jax.random.key(7)))
+        other = gradient(model.start_sample(jax.random.key(7)), prepared)
         for k in zero:
             assert float(jnp.abs(other[k]).max()) == 0.0, f"{name}: {k} is not structural"
     return model, start
