@@ -17,12 +17,19 @@ import tempfile
 # suite 1117 -> 938 s). Results can differ from the default level's in the last bits (e.g.
 # fused multiply-adds), so no test may depend on one sampler path's luck.
 # BAYES_NEA_TEST_XLA_OPT=1 keeps the default optimisation level.
+_NO_OPT = "--xla_backend_optimization_level=0"
 if os.environ.get("BAYES_NEA_TEST_XLA_OPT") != "1" and "xla_backend_optimization_level" not in (
     os.environ.get("XLA_FLAGS", "")
 ):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
-    ).strip()
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _NO_OPT).strip()
+
+def with_xla_optimisation(env: dict) -> dict:
+    """``env`` without the suite's optimisation-off flag: for subprocesses that spend their time
+    running programs rather than compiling them (the Panda NUTS of the README commands: 106 s
+    with optimisations off, 60 s with)."""
+    flags = " ".join(f for f in env.get("XLA_FLAGS", "").split() if f != _NO_OPT)
+    return {**env, "XLA_FLAGS": flags}
+
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import PANDA_FINGERS, panda_urdf_path
+from conftest import PANDA_FINGERS, panda_urdf_path, with_xla_optimisation
 
 import bayes_nea as bn
 import data
@@ -259,6 +259,7 @@ def test_readme_commands_run_on_the_panda_at_tiny_size(tmp_path, xla_cache_dir):
         lines.append(line)
     script = "set -euo pipefail\n" + "\n".join(lines) + "\n"
     env = dict(os.environ, PYTHONPATH=str(ROOT), BAYES_NEA_CACHE=xla_cache_dir)  # the run's cache
+    env = with_xla_optimisation(env)  # NUTS on the Panda: run-bound
     done = subprocess.run(
         ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True
     )
