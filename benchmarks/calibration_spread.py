@@ -2,15 +2,18 @@
 
 Fits ``variant`` on ``system``/``kind`` as ``benchmarks/variants_learn.py`` does (30 s in 5 s
 episodes, 3,000 steps, early stopping and noise calibration on the validation episode), undoes
-the stored calibration, then calibrates the noise factor on each of the 8 episodes the fit did
-not train on in turn (validation, test and 6 further episodes of an independent recording) and
-prints the mean 90 % band coverage (``analysis.diagnostics.heldout_ppc``, the band the
-variants benchmark scores) of the other 7 per joint, and the mean, sd and range over the
-choices.
+the stored calibration, then calibrates the noise factor on each set of ``--calibrate-on K``
+of the 8 episodes the fit did not train on in turn (validation, test and 6 further episodes
+of an independent recording; every one of the C(8, K) sets) and prints the mean 90 % band
+coverage (``analysis.diagnostics.heldout_ppc``, the band the variants benchmark scores) of
+the other 8 - K per joint, and the mean, sd and range over the sets: how much the number of
+validation episodes decides a row's coverage.
 
-    python benchmarks/calibration_spread.py cartpole foreign ffnn
+    python benchmarks/calibration_spread.py cartpole foreign ffnn [--calibrate-on 2]
 """
 
+import argparse
+import itertools
 import os
 import sys
 import types
@@ -34,7 +37,13 @@ def main() -> None:
     import tempfile
 
     workdir = tempfile.mkdtemp()
-    system, kind, variant = sys.argv[1], sys.argv[2], sys.argv[3]
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("system")
+    p.add_argument("kind")
+    p.add_argument("variant")
+    p.add_argument("--calibrate-on", type=int, default=1, help="episodes per calibration set")
+    cli = p.parse_args()
+    system, kind, variant = cli.system, cli.kind, cli.variant
     args = types.SimpleNamespace(duration=30.0, episode_duration=5.0, seed=0, extra_test=30.0)
     train, valid, test, robot, clean, tt = vl.dataset_for(system, kind, args, workdir)
     extra = vl.extra_test_for(system, kind, args, workdir, robot, tt)
@@ -71,26 +80,29 @@ def main() -> None:
         def posterior_samples(self):
             return {k: v[np.arange(200) % R] for k, v in self.stacked.items()}
 
+    if not 1 <= cli.calibrate_on < len(episodes):
+        p.error(f"--calibrate-on must be in [1, {len(episodes) - 1}]")
     rows = []
-    for i, cal in enumerate(episodes):
+    for chosen in itertools.combinations(range(len(episodes)), cli.calibrate_on):
+        cal = valid.replace(episodes=tuple(episodes[i].episodes[0] for i in chosen))
         obs, vdata, _ = fit_inputs(model, model_data(cal, robot=robot))
         calibrated, rec = _calibrate_noise(model, vdata, int(np.size(obs.q)), profiled)
         covs = np.array(
             [
                 heldout_ppc(model, Mixture(calibrated), ds)["coverage_per_joint"]
                 for j, ds in enumerate(episodes)
-                if j != i
+                if j not in chosen
             ]
         )
         rows.append(covs.mean(0))
         print(
-            f"calibrated on episode {i}: factor {np.round(rec['factor'][site.name], 2)}, "
+            f"calibrated on episodes {chosen}: factor {np.round(rec['factor'][site.name], 2)}, "
             f"mean coverage of the other {len(covs)}: {np.round(covs.mean(0), 3)}",
             flush=True,
         )
     rows = np.array(rows)
     print(
-        "over calibration episodes: mean",
+        f"over {len(rows)} calibration sets of {cli.calibrate_on}: mean",
         np.round(rows.mean(0), 3),
         "sd",
         np.round(rows.std(0, ddof=1), 3),

@@ -23,6 +23,7 @@ if os.environ.get("BAYES_NEA_TEST_XLA_OPT") != "1" and "xla_backend_optimization
 ):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _NO_OPT).strip()
 
+
 def with_xla_optimisation(env: dict) -> dict:
     """``env`` without the suite's optimisation-off flag: for subprocesses that spend their time
     running programs rather than compiling them (the Panda NUTS of the README commands: 106 s
@@ -81,6 +82,7 @@ def strict_promotion(request):
         return
     with jax.numpy_dtype_promotion("strict"), jax.numpy_rank_promotion("raise"):
         yield
+
 
 GRAVITY = np.array([0.0, 0.0, -9.81])
 PANDA_FINGERS = ("panda_finger_joint1", "panda_finger_joint2")

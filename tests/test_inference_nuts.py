@@ -154,6 +154,41 @@ def test_laplace_metric_is_the_closed_form_covariance(problem):
     np.testing.assert_allclose(inverse_mass, cov_sorted, rtol=1e-7, atol=1e-12 * np.abs(cov).max())
 
 
+def test_polish_and_laplace_share_one_compiled_hessian(problem):
+    """``polish_map`` then ``laplace_inverse_mass`` on one model compile one Hessian program (the
+    second call finds the first's); a model that cannot be hashed gets a program of its own with
+    the same Hessian, the closed-form posterior precision."""
+    from numpyro.infer.util import unconstrain_fn
+
+    from inference.laplace import _shared_hessian, potential_hessian
+    from inference.polish import polish_map
+
+    _, data, mean, cov = problem
+    model = linear_gaussian_model(bn.get_system("cartpole"), noise_sd=NOISE)  # no program yet
+    b = model.n_base
+    start = {"beta": mean[:b] + 0.1, "actuator/viscous": mean[b:] - 0.1}
+    programs = _shared_hessian._cache_size()
+    point, report = polish_map(model, data, start)
+    assert report.converged, report.message
+    assert _shared_hessian._cache_size() == programs + 1
+    inverse_mass = np.asarray(laplace_inverse_mass(model, data, point))
+    assert _shared_hessian._cache_size() == programs + 1
+    np.testing.assert_allclose(inverse_mass, _numpyro_order(cov, b), rtol=1e-7, atol=1e-14)
+
+    class Unhashable:
+        __hash__ = None
+
+        def model(self, data):
+            return model.model(data)
+
+    H = potential_hessian(Unhashable(), data, unconstrain_fn(model.model, (data,), {}, point))
+    assert _shared_hessian._cache_size() == programs + 1
+    precision = np.linalg.inv(_numpyro_order(cov, b))
+    np.testing.assert_allclose(
+        np.asarray(H), precision, rtol=1e-7, atol=1e-9 * np.abs(precision).max()
+    )
+
+
 @pytest.fixture(scope="module")
 def svi_map(problem):
     model, data, _, _ = problem

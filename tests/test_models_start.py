@@ -85,7 +85,9 @@ def test_start_draws_differ_by_key_and_keep_noise_at_median(cartpole):
     b = model.start_sample(jax.random.key(1))
     assert not np.allclose(a["rpy_z"], b["rpy_z"])
     np.testing.assert_array_equal(a["log_sigma_qdd_z"], 0.0)
-    assert model.multimodal_start and not build_model("diffnea/viscous/weak", robot).multimodal_start
+    assert (
+        model.multimodal_start and not build_model("diffnea/viscous/weak", robot).multimodal_start
+    )
 
 
 def test_data_scales_rms_and_rigid_body_floor():
