@@ -342,7 +342,7 @@ def test_completion_matches_an_independent_rejection_sample(cartpole_model):
     m = dataclasses.replace(cartpole_model, completion_steps=DEFAULT_COMPLETION_STEPS)
     c = m.condition
     beta = np.asarray(_truth_beta(m))
-    D = 1500
+    D = 800  # independent draws: the sd's sampling error ~2.5 %, rtol 0.1 below is 4 of them
     z = np.broadcast_to(_z_of(m, beta), (D, beta.size))
     comp = m.complete(jax.random.key(11), {BASE_SITE: jnp.asarray(z)})
     assert comp["completion_ok"].all()
