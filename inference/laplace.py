@@ -41,7 +41,8 @@ def laplace_inverse_mass(
     """
     unconstrained = unconstrain_fn(bayes_model.model, (data,), {}, point)
     flat, _ = ravel_pytree(unconstrained)
-    H = np.asarray(potential_hessian(bayes_model, data, unconstrained, batch_size=batch_size))
+    H = potential_hessian(bayes_model, data, unconstrained, batch_size=batch_size)
+    H = np.asarray(H, dtype=np.float64)
     if not np.all(np.isfinite(H)):
         return jnp.full(H.shape, jnp.nan, dtype=flat.dtype)
     w, V = np.linalg.eigh(0.5 * (H + H.T))
