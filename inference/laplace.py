@@ -73,11 +73,21 @@ def potential_hessian(bayes_model, data, unconstrained: dict, *, batch_size: int
     return jax.jit(lambda z: _hessian(bayes_model, data, z, batch_size))(unconstrained)
 
 
+def hessian_columns(grad, x: jax.Array, batch_size: int) -> jax.Array:
+    """Dense Hessian (d, d) of the function whose gradient is ``grad`` at ``x`` (d,): d
+    Hessian-vector products (forward over reverse), ``batch_size`` at a time."""
+
+    def column(v):
+        return jax.jvp(grad, (x,), (v,))[1]
+
+    basis = jnp.eye(x.shape[0], dtype=x.dtype)
+    return jax.lax.map(column, basis, batch_size=min(batch_size, x.shape[0]))
+
+
 def _hessian(bayes_model, data, unconstrained, batch_size):
     flat, unravel = ravel_pytree(unconstrained)
     grad = jax.grad(lambda x: potential_energy(bayes_model.model, (data,), {}, unravel(x)))
-    basis = jnp.eye(flat.shape[0], dtype=flat.dtype)
-    return jax.lax.map(lambda v: jax.jvp(grad, (flat,), (v,))[1], basis, batch_size=batch_size)
+    return hessian_columns(grad, flat, batch_size)
 
 
 _shared_hessian = functools.partial(jax.jit, static_argnums=(0, 3))(_hessian)

@@ -29,7 +29,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
-from inference.laplace import potential_hessian
+from inference.laplace import hessian_columns, potential_hessian
 
 
 class MapReport(NamedTuple):
@@ -53,14 +53,6 @@ class MapReport(NamedTuple):
     max_eigenvalue: float
     converged: bool
     message: str
-
-
-def _hessian(grad, x, batch_size):
-    def column(v):
-        return jax.jvp(grad, (x,), (v,))[1]
-
-    basis = jnp.eye(x.shape[0], dtype=x.dtype)
-    return jax.lax.map(column, basis, batch_size=min(batch_size, x.shape[0]))
 
 
 def _check_options(max_iter: int, gtol: float) -> None:
@@ -244,7 +236,9 @@ def polish_map_batched(
     value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(energy)))
     f_energy = jax.jit(jax.vmap(energy))
     hessian = jax.jit(
-        jax.vmap(lambda x, d, h: _hessian(jax.grad(lambda y: energy(y, d, h)), x, batch_size))
+        jax.vmap(
+            lambda x, d, h: hessian_columns(jax.grad(lambda y: energy(y, d, h)), x, batch_size)
+        )
     )
     dtype = x0.dtype
     eps = float(jnp.finfo(dtype).eps)
