@@ -117,15 +117,19 @@ def lmi_feasible_point(lmi: Callable[[Array], Array], k: int, *, dtype=None, nu0
         nu, s = x[:-1], x[-1]
         return 0.5 * nu @ nu - w * s - _logdet(lmi(nu) - s * eye[None])
 
-    def newton(carry, w):
-        x, done = carry
-        x = jnp.where(done, x, _newton_step(lambda y: objective(y, w), x))
-        return (x, done | (x[-1] > 0)), None
-
     # slack ~ 1 / w per eigenvalue: start it at the size of the initial violation
     scale = m * r / (1.0 + jnp.abs(s))
     weights = jnp.repeat(jnp.asarray(PHASE1_WEIGHTS, dtype) * scale, PHASE1_NEWTON_STEPS)
-    (x, _), _ = jax.lax.scan(newton, (x0, x0[-1] > 0), weights)
+
+    def running(carry):  # stop at the first strictly feasible iterate or the step budget
+        x, i = carry
+        return (x[-1] <= 0) & (i < weights.size)
+
+    def newton(carry):
+        x, i = carry
+        return _newton_step(lambda y: objective(y, weights[i]), x), i + 1
+
+    x, _ = jax.lax.while_loop(running, newton, (x0, jnp.asarray(0)))
     nu = x[:-1]
     return nu, _min_eigenvalue(lmi(nu))
 
@@ -142,7 +146,17 @@ def lmi_centre(lmi: Callable[[Array], Array], nu0: Array, *, steps: int = CENTRE
     def objective(nu):
         return 0.5 * nu @ nu - _logdet(lmi(nu))
 
-    nu, _ = jax.lax.scan(lambda nu, _: (_newton_step(objective, nu), None), nu0, None, length=steps)
+    def running(carry):  # until a step moves the point by < 1e-10 (relative), at most ``steps``
+        _, moved, i = carry
+        return moved & (i < steps)
+
+    def newton(carry):
+        nu, _, i = carry
+        new = _newton_step(objective, nu)
+        moved = jnp.max(jnp.abs(new - nu)) > 1e-10 * (1.0 + jnp.max(jnp.abs(nu)))
+        return new, moved, i + 1
+
+    nu, _, _ = jax.lax.while_loop(running, newton, (nu0, jnp.asarray(True), jnp.asarray(0)))
     return nu, jax.hessian(objective)(nu)
 
 
