@@ -79,6 +79,12 @@ def _newton_step(objective, x):
     return jnp.where(t > 0, x - t * step, x)
 
 
+def _moved(new: Array, old: Array) -> Array:
+    """Whether a Newton iterate moved by more than ``1e-10`` relative to its size (the loops
+    stop there: a converged or stuck step changes nothing more)."""
+    return jnp.max(jnp.abs(new - old)) > 1e-10 * (1.0 + jnp.max(jnp.abs(old)))
+
+
 def _logdet(A: Array) -> Array:
     """``sum_i log det A_i`` of positive definite blocks (m, r, r) (NaN if one is not)."""
     L = jnp.linalg.cholesky(A)
@@ -90,8 +96,8 @@ def lmi_feasible_point(lmi: Callable[[Array], Array], k: int, *, dtype=None, nu0
 
     Minimises ``|nu|^2 / 2 - w s - sum_i log det(A_i(nu) - s I)`` over ``(nu, s)``
     by Newton with backtracking along the weights ``w = PHASE1_WEIGHTS * m r / (1 + |s_0|)``
-    (``PHASE1_NEWTON_STEPS`` each; ``s_0 = lambda_min(A(nu0)) - 1``), stopping at the first
-    iterate with ``s > 0``. ``s`` approaches ``max lambda_min(A)`` to within about ``m r / w``.
+    (at most ``PHASE1_NEWTON_STEPS`` each, the next weight as soon as a step no longer moves the
+    iterate; ``s_0 = lambda_min(A(nu0)) - 1``), stopping at the first iterate with ``s > 0``. ``s`` approaches ``max lambda_min(A)`` to within about ``m r / w``.
 
     Args:
         lmi: affine ``nu (k,) -> (m, r, r)`` symmetric blocks; scale the blocks so their
@@ -118,18 +124,19 @@ def lmi_feasible_point(lmi: Callable[[Array], Array], k: int, *, dtype=None, nu0
         return 0.5 * nu @ nu - w * s - _logdet(lmi(nu) - s * eye[None])
 
     # slack ~ 1 / w per eigenvalue: start it at the size of the initial violation
-    scale = m * r / (1.0 + jnp.abs(s))
-    weights = jnp.repeat(jnp.asarray(PHASE1_WEIGHTS, dtype) * scale, PHASE1_NEWTON_STEPS)
+    weights = jnp.asarray(PHASE1_WEIGHTS, dtype) * (m * r / (1.0 + jnp.abs(s)))
 
-    def running(carry):  # stop at the first strictly feasible iterate or the step budget
-        x, i = carry
-        return (x[-1] <= 0) & (i < weights.size)
+    def running(carry):  # until the first strictly feasible iterate or the last weight
+        x, j, _ = carry
+        return (x[-1] <= 0) & (j < weights.size)
 
-    def newton(carry):
-        x, i = carry
-        return _newton_step(lambda y: objective(y, weights[i]), x), i + 1
+    def newton(carry):  # the next weight once a step no longer moves x or after the budget
+        x, j, i = carry
+        new = _newton_step(lambda y: objective(y, weights[j]), x)
+        done = ~_moved(new, x) | (i + 1 >= PHASE1_NEWTON_STEPS)
+        return new, jnp.where(done, j + 1, j), jnp.where(done, 0, i + 1)
 
-    x, _ = jax.lax.while_loop(running, newton, (x0, jnp.asarray(0)))
+    x, _, _ = jax.lax.while_loop(running, newton, (x0, jnp.asarray(0), jnp.asarray(0)))
     nu = x[:-1]
     return nu, _min_eigenvalue(lmi(nu))
 
@@ -137,8 +144,8 @@ def lmi_feasible_point(lmi: Callable[[Array], Array], k: int, *, dtype=None, nu0
 def lmi_centre(lmi: Callable[[Array], Array], nu0: Array, *, steps: int = CENTRE_NEWTON_STEPS):
     """Centre ``argmin 0.5 |nu|^2 - sum_i log det A_i(nu)`` from an interior ``nu0`` (k,).
 
-    Newton with backtracking (iterates stay interior). Returns ``(nu (k,),
-    hessian (k, k))``: the centre and the objective's Hessian there, ``I`` plus the barrier's
+    Newton with backtracking (iterates stay interior), at most ``steps``, until a step no longer
+    moves the point. Returns ``(nu (k,), hessian (k, k))``: the centre and the objective's Hessian there, ``I`` plus the barrier's
     (the Dikin ellipsoid), whose inverse approximates the truncated normal's covariance and
     shapes the hit-and-run directions.
     """
@@ -146,15 +153,14 @@ def lmi_centre(lmi: Callable[[Array], Array], nu0: Array, *, steps: int = CENTRE
     def objective(nu):
         return 0.5 * nu @ nu - _logdet(lmi(nu))
 
-    def running(carry):  # until a step moves the point by < 1e-10 (relative), at most ``steps``
+    def running(carry):  # until a step no longer moves the point, at most ``steps``
         _, moved, i = carry
         return moved & (i < steps)
 
     def newton(carry):
         nu, _, i = carry
         new = _newton_step(objective, nu)
-        moved = jnp.max(jnp.abs(new - nu)) > 1e-10 * (1.0 + jnp.max(jnp.abs(nu)))
-        return new, moved, i + 1
+        return new, _moved(new, nu), i + 1
 
     nu, _, _ = jax.lax.while_loop(running, newton, (nu0, jnp.asarray(True), jnp.asarray(0)))
     return nu, jax.hessian(objective)(nu)
