@@ -11,8 +11,8 @@ Two steps, both jittable and vmappable, every random draw taking a key:
 1. :func:`lmi_feasible_point`: an interior point of ``K`` (or a certificate that ``K`` is empty
    up to a tolerance) by Newton with backtracking on the phase-1 barrier problem
    ``min |nu|^2 / 2 - w s - sum_i log det(A_i(nu) - s I)`` over ``(nu, s)`` with increasing
-   ``w`` (Boyd & Vandenberghe 2004, 11.4 and 9.5). Any ``(nu, s)`` with ``s < lambda_min(A(nu))`` starts it; a point
-   with ``s > 0`` is strictly feasible.
+   ``w`` (Boyd & Vandenberghe 2004, 11.4 and 9.5). Any ``(nu, s)`` with
+   ``s < lambda_min(A(nu))`` starts it; a point with ``s > 0`` is strictly feasible.
    :func:`lmi_centre` then moves it to the centre ``argmin |nu|^2 / 2 - sum_i log det A_i``.
 2. :func:`hit_and_run`: a Markov chain that leaves the truncated normal invariant (Smith 1984;
    Belisle, Romeijn & Smith 1993): pick a direction ``d ~ N(0, I)``, find the chord
@@ -36,6 +36,9 @@ PHASE1_WEIGHTS = tuple(10.0**j for j in range(12))
 PHASE1_NEWTON_STEPS = 20
 BACKTRACK_STEPS = 30
 CENTRE_NEWTON_STEPS = 60
+NEWTON_TOL = 1e-10
+"""Newton loops stop once the Newton decrement squared falls below this (Boyd & Vandenberghe
+2004, 9.5.3), or when no step decreases the objective."""
 
 
 def truncated_standard_normal(key, lo: Array, hi: Array) -> Array:
@@ -67,7 +70,8 @@ def _newton_step(objective, x):
     """One Newton step of a convex ``objective`` with backtracking (Boyd & Vandenberghe 2004,
     9.5): the largest ``t`` in ``1, 1/2, ..., 2^-29`` (all evaluated at once) whose point is in
     the domain (finite objective) and decreases the objective by ``t / 4`` of the Newton
-    decrement squared; no move if none does."""
+    decrement squared; no move if none does. Returns ``(x_new, decrement squared)`` (0 when no
+    step was made)."""
     f, g, H = objective(x), jax.grad(objective)(x), jax.hessian(objective)(x)
     step = jnp.linalg.solve(H, g)
     slope = g @ step  # Newton decrement squared
@@ -76,13 +80,7 @@ def _newton_step(objective, x):
     good = jnp.isfinite(f_new) & (f_new <= f - 0.25 * ts * slope)
     good = good & jnp.all(jnp.isfinite(step)) & (slope > 0)
     t = jnp.max(jnp.where(good, ts, 0.0))
-    return jnp.where(t > 0, x - t * step, x)
-
-
-def _moved(new: Array, old: Array) -> Array:
-    """Whether a Newton iterate moved by more than ``1e-10`` relative to its size (the loops
-    stop there: a converged or stuck step changes nothing more)."""
-    return jnp.max(jnp.abs(new - old)) > 1e-10 * (1.0 + jnp.max(jnp.abs(old)))
+    return jnp.where(t > 0, x - t * step, x), jnp.where(t > 0, slope, 0.0)
 
 
 def _logdet(A: Array) -> Array:
@@ -96,8 +94,9 @@ def lmi_feasible_point(lmi: Callable[[Array], Array], k: int, *, dtype=None, nu0
 
     Minimises ``|nu|^2 / 2 - w s - sum_i log det(A_i(nu) - s I)`` over ``(nu, s)``
     by Newton with backtracking along the weights ``w = PHASE1_WEIGHTS * m r / (1 + |s_0|)``
-    (at most ``PHASE1_NEWTON_STEPS`` each, the next weight as soon as a step no longer moves the
-    iterate; ``s_0 = lambda_min(A(nu0)) - 1``), stopping at the first iterate with ``s > 0``. ``s`` approaches ``max lambda_min(A)`` to within about ``m r / w``.
+    (at most ``PHASE1_NEWTON_STEPS`` each, the next weight once the Newton decrement is below
+    :data:`NEWTON_TOL`; ``s_0 = lambda_min(A(nu0)) - 1``), stopping at the first iterate with
+    ``s > 0``. ``s`` approaches ``max lambda_min(A)`` to within about ``m r / w``.
 
     Args:
         lmi: affine ``nu (k,) -> (m, r, r)`` symmetric blocks; scale the blocks so their
@@ -130,10 +129,10 @@ def lmi_feasible_point(lmi: Callable[[Array], Array], k: int, *, dtype=None, nu0
         x, j, _ = carry
         return (x[-1] <= 0) & (j < weights.size)
 
-    def newton(carry):  # the next weight once a step no longer moves x or after the budget
+    def newton(carry):  # the next weight once centred (or stuck) or after the step budget
         x, j, i = carry
-        new = _newton_step(lambda y: objective(y, weights[j]), x)
-        done = ~_moved(new, x) | (i + 1 >= PHASE1_NEWTON_STEPS)
+        new, decrement = _newton_step(lambda y: objective(y, weights[j]), x)
+        done = (decrement < NEWTON_TOL) | (i + 1 >= PHASE1_NEWTON_STEPS)
         return new, jnp.where(done, j + 1, j), jnp.where(done, 0, i + 1)
 
     x, _, _ = jax.lax.while_loop(running, newton, (x0, jnp.asarray(0), jnp.asarray(0)))
@@ -144,23 +143,23 @@ def lmi_feasible_point(lmi: Callable[[Array], Array], k: int, *, dtype=None, nu0
 def lmi_centre(lmi: Callable[[Array], Array], nu0: Array, *, steps: int = CENTRE_NEWTON_STEPS):
     """Centre ``argmin 0.5 |nu|^2 - sum_i log det A_i(nu)`` from an interior ``nu0`` (k,).
 
-    Newton with backtracking (iterates stay interior), at most ``steps``, until a step no longer
-    moves the point. Returns ``(nu (k,), hessian (k, k))``: the centre and the objective's Hessian there, ``I`` plus the barrier's
-    (the Dikin ellipsoid), whose inverse approximates the truncated normal's covariance and
-    shapes the hit-and-run directions.
+    Newton with backtracking (iterates stay interior), at most ``steps``, until the Newton
+    decrement is below :data:`NEWTON_TOL`. Returns ``(nu (k,), hessian (k, k))``: the centre and
+    the objective's Hessian there, ``I`` plus the barrier's (the Dikin ellipsoid), whose inverse
+    approximates the truncated normal's covariance and shapes the hit-and-run directions.
     """
 
     def objective(nu):
         return 0.5 * nu @ nu - _logdet(lmi(nu))
 
-    def running(carry):  # until a step no longer moves the point, at most ``steps``
-        _, moved, i = carry
-        return moved & (i < steps)
+    def running(carry):  # until centred (or stuck), at most ``steps``
+        _, more, i = carry
+        return more & (i < steps)
 
     def newton(carry):
         nu, _, i = carry
-        new = _newton_step(objective, nu)
-        return new, _moved(new, nu), i + 1
+        new, decrement = _newton_step(objective, nu)
+        return new, decrement >= NEWTON_TOL, i + 1
 
     nu, _, _ = jax.lax.while_loop(running, newton, (nu0, jnp.asarray(True), jnp.asarray(0)))
     return nu, jax.hessian(objective)(nu)
