@@ -230,12 +230,19 @@ def sample_truncated_normal(
     """
     start, margin = lmi_feasible_point(lmi, k, dtype=dtype)
     ok = margin > 0
-    # from an infeasible start every Newton step and every move is refused (NaN Cholesky)
-    centre, H = lmi_centre(lmi, start)
+
+    def feasible_lmi(nu):
+        # from an infeasible start every Cholesky is NaN, and a batched eigensolver then runs
+        # every matrix of the batch to its iteration limit (2,000 Furuta draws, 42 % infeasible:
+        # 20 s instead of 10 s); those draws run on identity blocks instead (result not used)
+        A = lmi(nu)
+        return jnp.where(ok, A, jnp.eye(A.shape[-1], dtype=A.dtype))
+
+    centre, H = lmi_centre(feasible_lmi, start)
     factor = None
     if precondition:
         L = jnp.linalg.cholesky(H)
         factor = solve_triangular(L, jnp.eye(k, dtype=L.dtype), lower=True).T  # L^-T
         factor = jnp.where(jnp.all(jnp.isfinite(factor)), factor, jnp.eye(k, dtype=L.dtype))
-    nu = hit_and_run(key, centre, lmi, steps, factor)
+    nu = hit_and_run(key, centre, feasible_lmi, steps, factor)
     return jnp.where(ok, nu, start), ok, margin
