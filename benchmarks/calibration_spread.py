@@ -94,21 +94,26 @@ def main() -> None:
     if not 1 <= cli.calibrate_on < len(episodes):
         p.error(f"--calibrate-on must be in [1, {len(episodes) - 1}]")
     if cli.rule == "coverage":  # noise-free predictions and unit noise per episode, once
+        if model.spec.noise != "normal":
+            p.error(
+                "--rule coverage scales Normal noise; this model's noise is " + model.spec.noise
+            )
         draws = Mixture(profiled).posterior_samples()
         sigma = np.asarray(jax.vmap(model.physical)(draws)["sigma_qdd"])  # (D, n)
-        eps = np.random.default_rng(0)
+        rng = np.random.default_rng(0)
         per_ep = []
         for ds in episodes:
             pred = heldout_predictions(model, draws, ds)
-            per_ep.append((pred, eps.standard_normal(pred.shape), np.asarray(ds.arrays()[2])))
+            per_ep.append((pred, rng.standard_normal(pred.shape), np.asarray(ds.arrays()[2])))
 
         def coverage(i, f):  # (n,) coverage of episode i's 90 % band with noise factors f (n,)
             pred, z, qdd = per_ep[i]
             lo, hi = np.quantile(pred + f * sigma[:, None, :] * z, [0.05, 0.95], axis=0)
             return ((qdd >= lo) & (qdd <= hi)).mean(0)
 
-    rows = []
-    for chosen in itertools.combinations(range(len(episodes)), cli.calibrate_on):
+    def calibrate(chosen):
+        """``(factor (n,), coverage (8 - K, n) of the episodes not in chosen)``."""
+        others = [j for j in range(len(episodes)) if j not in chosen]
         if cli.rule == "coverage":
             lo, hi = np.full(model.robot.n, 0.05), np.full(model.robot.n, 20.0)
             for _ in range(40):  # bisection in log f on the pooled coverage of the chosen set
@@ -116,27 +121,22 @@ def main() -> None:
                 c = np.mean([coverage(i, mid) for i in chosen], axis=0)
                 lo, hi = np.where(c < 0.9, mid, lo), np.where(c < 0.9, hi, mid)
             f = np.sqrt(lo * hi)
-            covs = np.array([coverage(j, f) for j in range(len(episodes)) if j not in chosen])
-            rows.append(covs.mean(0))
-            print(
-                f"calibrated on episodes {chosen}: factor {np.round(f, 2)}, mean coverage of "
-                f"the other {len(covs)}: {np.round(covs.mean(0), 3)}",
-                flush=True,
-            )
-            continue
+            return f, np.array([coverage(j, f) for j in others])
         cal = valid.replace(episodes=tuple(episodes[i].episodes[0] for i in chosen))
         obs, vdata, _ = fit_inputs(model, model_data(cal, robot=robot))
         calibrated, rec = _calibrate_noise(model, vdata, int(np.size(obs.q)), profiled)
-        covs = np.array(
-            [
-                heldout_ppc(model, Mixture(calibrated), ds)["coverage_per_joint"]
-                for j, ds in enumerate(episodes)
-                if j not in chosen
-            ]
-        )
+        covs = [
+            heldout_ppc(model, Mixture(calibrated), episodes[j])["coverage_per_joint"]
+            for j in others
+        ]
+        return np.asarray(rec["factor"][site.name]), np.array(covs)
+
+    rows = []
+    for chosen in itertools.combinations(range(len(episodes)), cli.calibrate_on):
+        factor, covs = calibrate(chosen)
         rows.append(covs.mean(0))
         print(
-            f"calibrated on episodes {chosen}: factor {np.round(rec['factor'][site.name], 2)}, "
+            f"calibrated on episodes {chosen}: factor {np.round(factor, 2)}, "
             f"mean coverage of the other {len(covs)}: {np.round(covs.mean(0), 3)}",
             flush=True,
         )
