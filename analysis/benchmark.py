@@ -29,66 +29,107 @@ from models import variant_names
 
 SYSTEMS = ("cartpole", "furuta")
 DATASET_KINDS = ("uniform", "trajectories", "hardware")
-CELL_SCHEMA = 1
+CELL_SCHEMA = 2
 
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkSettings:
     """How hard each cell works. JSON-able; stored in every cell file.
 
+    Each cell's posterior comes from its variant's own path (:func:`analysis.cells.fit_posterior`):
+    NUTS from a polished MAP for white-box variants without networks and NEA, an early-stopped
+    ensemble of MAPs for variants with networks.
+
     Fields:
         name: "quick" | "full" | "tiny" | a user's label.
-        duration: seconds of data generated per dataset (before the train/val/test split).
-        method: "svi" (delta guide, MAP + Laplace-free point mass) or "svi+nuts".
-        svi_steps, learning_rate: SVI optimiser.
-        num_warmup, num_samples, num_chains: NUTS (method "svi+nuts").
-        draws: posterior draws used for rollouts and bands.
-        rollout_seconds: length of the uncontrolled Figure-1 rollout (s) (energy, divergence).
-        horizons: rollout-error horizons on held-out trajectories (s).
+        duration: seconds of data generated per dataset, in episodes of ``episode_duration`` s
+            split by whole episode in the fractions ``split`` (training, validation, held-out).
+        seeds: dataset seeds: every (system, dataset kind) is generated once per seed and every
+            variant fitted to each (the grid's seed axis).
+        svi_steps, learning_rate: SVI (the MAP before NUTS; each ensemble member).
+        num_warmup, num_samples, num_chains, max_tree_depth: NUTS per attempt; an attempt that
+            did not converge (divergences, R-hat above 1.01, bulk ESS below ``min_ess``) is re-run
+            with a new key and twice the warm-up, up to ``nuts_attempts`` runs.
+        kinematics_posterior: ``"laplace"`` or ``"nuts"``: the posterior of ``nokin-diffnea``
+            variants without networks (the Laplace approximation at their polished MAP, or NUTS
+            as for the other white-box variants).
+        draws: posterior draws used for predictions, rollouts and bands.
+        rollout_seconds: length of the uncontrolled rollouts (s); ``rollout_starts`` of them per
+            cell (the Figure-1 start and held-out states).
+        horizons: rollout-error and band-coverage horizons (s).
+        controller_seconds: closed-loop swing-up per draw (s); 0 skips it.
         seed: base seed; each cell derives its own from it and its name.
     """
 
     name: str = "quick"
-    duration: float = 20.0
-    method: str = "svi"
-    svi_steps: int = 2000
+    duration: float = 40.0
+    episode_duration: float = 5.0
+    split: tuple[float, ...] = (0.625, 0.125, 0.25)
+    seeds: tuple[int, ...] = (0,)
+    svi_steps: int = 1000
     learning_rate: float = 1e-2
     num_warmup: int = 300
     num_samples: int = 300
-    num_chains: int = 1
-    draws: int = 200
+    num_chains: int = 2
+    max_tree_depth: int = 8
+    nuts_attempts: int = 2
+    min_ess: float = 100.0
+    kinematics_posterior: str = "laplace"
+    draws: int = 100
     rollout_seconds: float = 4.0
-    horizons: tuple[float, ...] = (0.1, 0.5, 1.0)
+    rollout_starts: int = 4
+    horizons: tuple[float, ...] = (0.1, 0.5, 1.0, 4.0)
+    controller_seconds: float = 8.0
     seed: int = 0
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d["horizons"] = list(self.horizons)
+        for k in ("horizons", "split", "seeds"):
+            d[k] = list(d[k])
         return d
 
 
 SETTINGS = {
     "tiny": BenchmarkSettings(
-        name="tiny", duration=4.0, svi_steps=200, draws=16, rollout_seconds=1.0, horizons=(0.1, 0.4)
+        name="tiny",
+        duration=6.0,
+        episode_duration=1.0,
+        split=(0.5, 0.25, 0.25),
+        svi_steps=100,
+        num_warmup=20,
+        num_samples=20,
+        nuts_attempts=1,
+        draws=16,
+        rollout_seconds=1.0,
+        rollout_starts=2,
+        horizons=(0.1, 0.4),
+        controller_seconds=0.0,
     ),
     # sized for 2 cores (docs/measurements.md, "Benchmark grid")
-    "quick": BenchmarkSettings(
-        name="quick", duration=12.0, svi_steps=1000, draws=100, rollout_seconds=3.0
-    ),
+    "quick": BenchmarkSettings(name="quick", seeds=(0, 1, 2)),
     "full": BenchmarkSettings(
         name="full",
         duration=120.0,
-        method="svi+nuts",
-        svi_steps=5000,
-        num_warmup=500,
-        num_samples=500,
-        num_chains=2,
+        episode_duration=10.0,
+        split=(0.7, 0.1, 0.2),
+        seeds=tuple(range(10)),
+        svi_steps=3000,
+        num_warmup=1000,
+        num_samples=1000,
+        nuts_attempts=3,
+        min_ess=400.0,
+        kinematics_posterior="nuts",
+        max_tree_depth=10,
         draws=1000,
         rollout_seconds=10.0,
-        horizons=(0.1, 0.5, 1.0, 2.0),
+        rollout_starts=10,
+        horizons=(0.1, 0.5, 1.0, 4.0, 10.0),
+        controller_seconds=8.0,
     ),
 }
-"""Named settings. "quick": SVI (MAP) on 12 s of data; "full": SVI then NUTS on 120 s, 1,000 draws."""
+"""Named settings. "quick": 40 s per dataset (5 training episodes of 5 s), 3 dataset seeds, NUTS
+2 x (300 + 300); "full": 120 s, 10 seeds, NUTS 2 x (1,000 + 1,000), 1,000 draws (a cluster's
+work: ``--scheduler``)."""
 
 
 def get_settings(setting: str | BenchmarkSettings, **overrides) -> BenchmarkSettings:
@@ -105,16 +146,17 @@ def get_settings(setting: str | BenchmarkSettings, **overrides) -> BenchmarkSett
     bad = sorted(set(overrides) - fields)
     if bad:
         raise ValueError(f"unknown setting fields {bad}; valid fields are {sorted(fields)}")
-    if "horizons" in overrides:
-        overrides["horizons"] = tuple(float(h) for h in overrides["horizons"])
-    if overrides.get("method", base.method) not in ("svi", "svi+nuts"):
-        raise ValueError(f"method must be 'svi' or 'svi+nuts', got {overrides['method']!r}")
+    for k, cast in (("horizons", float), ("split", float), ("seeds", int)):
+        if k in overrides:
+            overrides[k] = tuple(cast(x) for x in overrides[k])
     return dataclasses.replace(base, **overrides)
 
 
-def cell_id(system: str, dataset: str, variant: str) -> str:
-    """File stem of a cell: ``<system>__<dataset>__<variant with '/' replaced by '-'>``."""
-    return f"{system}__{dataset}__{variant.replace('/', '-')}"
+def cell_id(system: str, dataset: str, variant: str, seed: int = 0) -> str:
+    """File stem of a cell: ``<system>__<dataset>__<variant with '/' replaced by '-'>``, with
+    ``__s<seed>`` appended for dataset seeds other than 0."""
+    stem = f"{system}__{dataset}__{variant.replace('/', '-')}"
+    return stem if seed == 0 else f"{stem}__s{seed}"
 
 
 def make_grid(
@@ -122,10 +164,13 @@ def make_grid(
     systems: Iterable[str] = SYSTEMS,
     datasets: Iterable[str] = DATASET_KINDS,
     variants: Iterable[str] | None = None,
+    seeds: Iterable[int] = (0,),
 ) -> list[dict]:
-    """The cells ``{"system", "dataset", "variant", "id"}`` of the product, in a stable order.
+    """The cells ``{"system", "dataset", "variant", "seed", "id"}`` of the product, in a stable
+    order (seed outermost: a run stopped early has whole seeds).
 
-    ``variants=None`` takes ``models.variant_names()`` (the 26 DiffNEA variants).
+    ``variants=None`` takes ``models.variant_names()`` (the 26 DiffNEA variants); ``seeds``: the
+    dataset seeds (:class:`BenchmarkSettings`).
     """
     systems, datasets = tuple(systems), tuple(datasets)
     for s in systems:
@@ -139,10 +184,14 @@ def make_grid(
     if variants is None:
         variants = variant_names()
     variants = tuple(variants)
-    if not systems or not datasets or not variants:
-        raise ValueError("the grid is empty: give at least one system, dataset kind and variant")
+    seeds = tuple(int(k) for k in seeds)
+    if not systems or not datasets or not variants or not seeds:
+        raise ValueError(
+            "the grid is empty: give at least one system, dataset kind, variant and seed"
+        )
     return [
-        {"system": s, "dataset": d, "variant": v, "id": cell_id(s, d, v)}
+        {"system": s, "dataset": d, "variant": v, "seed": k, "id": cell_id(s, d, v, k)}
+        for k in seeds
         for s in systems
         for d in datasets
         for v in variants
@@ -270,7 +319,8 @@ def run_benchmark(
         out_dir: output folder (created); cell records go to ``out_dir/cells/<id>.json``.
         setting: "tiny", "quick", "full" or a :class:`BenchmarkSettings`; ``overrides`` replace
             its fields (e.g. ``svi_steps=500``).
-        systems, datasets, variants: the grid (defaults: 2 x 3 x 26 = 156 cells).
+        systems, datasets, variants: the grid (defaults: 2 x 3 x 26 = 156 cells per dataset
+            seed of the setting).
         cell_fn: ``(cell, settings_dict) -> metrics dict``; default :func:`analysis.cells.fit_cell`.
             Must be importable by the workers (a module-level function) when ``processes``.
         scheduler: address of a running dask scheduler (``"tcp://host:8786"``); None starts a
@@ -289,7 +339,7 @@ def run_benchmark(
 
     settings = get_settings(setting, **overrides)
     settings_dict = settings.to_dict()
-    grid = make_grid(systems=systems, datasets=datasets, variants=variants)
+    grid = make_grid(systems=systems, datasets=datasets, variants=variants, seeds=settings.seeds)
     if cell_fn is None:
         cell_fn = fit_cell
     out_dir = Path(out_dir)

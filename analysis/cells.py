@@ -1,24 +1,52 @@
-"""One benchmark cell: simulate a dataset, fit one variant, score it on held-out data and rollouts.
+"""One benchmark cell: simulate a dataset, fit one variant's posterior, score it on held-out data.
 
-All variants of a (system, dataset kind) pair share one dataset (:func:`data_seed`), generated once
-per worker process (:func:`cell_data`), as the paper compares its variants on the same data.
+All variants of a (system, dataset kind, dataset seed) share one dataset (:func:`data_seed`),
+generated once per worker process (:func:`cell_data`) and split by whole episodes into training,
+validation and held-out episodes, as the paper compares its variants on the same data.
 
-``fit_cell(cell, settings) -> metrics`` is the default cell function of
-:func:`analysis.benchmark.run_benchmark`. Metrics (JSON-able):
+The posterior of a cell (:func:`fit_posterior`) is the library's own path for its variant:
 
-- ``accel_nmse``: normalised MSE of the posterior-mean joint acceleration on the held-out split,
-  averaged over joints (``mean((qdd_hat - qdd)^2) / var(qdd)``).
-- ``rollout_rmse``: {horizon s: median over draws of the RMS position error} of the uncontrolled
-  Figure-1 rollout against the true system from the same start state.
-- ``coverage90``: fraction of (time, joint) points of the true rollout inside the 90% band.
-- ``energy``: energy class fractions of the model's own energy (white-box) and the true-energy
-  growth along predicted states; ``divergent_fraction``.
-- ``plausible_fraction``: fraction of draws whose every body is physically consistent;
-  ``mass_rel_error``: median relative error of the body masses.
-- ``fit_seconds``, ``converged`` (the SVI fit's loss plateau and gradient test; None after
-  NUTS), and a down-sampled ``band`` of the Figure-1 rollout for the report's figure.
+- white-box variants without networks (``diffnea`` / ``nokin-diffnea`` with the ideal, viscous or
+  Stribeck actuator): the identifiable (base-parameter) geometry, a Newton-polished MAP, then NUTS
+  from it (``fit_nuts``'s default metric for the model); re-run with a longer warm-up and a new key
+  when it did not converge (R-hat, divergences, ESS), up to ``nuts_attempts`` runs;
+- ``nokin-diffnea`` without networks, when ``settings["kinematics_posterior"]`` is ``"laplace"``
+  (the quick setting): the Laplace approximation at the polished MAP in the same coordinates
+  (:func:`inference.fit_laplace`): NUTS there costs ~4 min per cell on 6,000 states
+  (docs/measurements.md), beyond the quick grid's budget; the full setting runs NUTS;
+- ``nea``: NUTS from its MAP with the torque noise fixed at the nominal model's residual
+  (:func:`models.nominal_torque_residual`), where its posterior is the conjugate Gaussian of
+  :func:`models.nea_posterior` (tested against it in ``tests/test_models_identification.py``);
+- variants with networks: ``fit_svi``'s ensemble of MAPs from prior draws, early-stopped and
+  noise-calibrated on the validation episodes (issue 11); converged when every member stopped on
+  its validation minimum.
 
-Models are built with ``models.data_scales`` of the training split (network/noise normalisers).
+``fit_cell(cell, settings) -> metrics`` (JSON-able) is the default cell function of
+:func:`analysis.benchmark.run_benchmark`; :func:`score_fit` computes:
+
+- ``accel_nmse``: NMSE of the posterior-mean joint acceleration on the held-out episodes
+  (mean over joints); ``accel_coverage90``: coverage of the held-out accelerations by the 90 %
+  posterior-predictive band (noise included).
+- ``base_error``: largest relative error of the posterior-mean base parameters ``B theta``
+  (Gautier 1991; what the data identify, unlike masses) and ``base_covered90``: fraction of base
+  parameters whose truth lies inside the central 90 % interval; fixed-kinematics white-box
+  variants only.
+- ``rollout_rmse`` / ``rollout_coverage90``: {horizon s: value}: the median over draws of the RMS
+  position error up to the horizon, and the fraction of (start, joint) whose true position at the
+  horizon lies inside the 90 % band, averaged over ``rollout_starts`` uncontrolled rollouts (the
+  Figure-1 start :data:`FIGURE1_START` and states of the held-out episodes), against the dataset's
+  own plant (:meth:`data.Dataset.true_dynamics`); ``coverage90``: the Figure-1 rollout's
+  coverage over all its points.
+- ``energy_own``: energy classes of the model's *own* energy along its own uncontrolled
+  Figure-1 rollout (white-box rigid bodies; ``gaining`` is the fraction of draws whose energy
+  grows), ``energy_true``: the true system's energy along the predicted states.
+- ``divergent_fraction`` = ``left_domain_fraction`` (finite rollouts that leave the state domain)
+  + ``nonfinite_fraction`` (rollouts that blow up).
+- ``controller``: success rate of the provided swing-up controller (designed on the nominal
+  model) in closed loop on every draw, beside its success on the true plant.
+- ``posterior``: method, whether it converged and why not, attempts, R-hat / ESS / divergences.
+- ``plausible_fraction`` (draws with a physically consistent body), ``fit_seconds`` and a
+  down-sampled ``band`` of the Figure-1 rollout for the report's figure.
 """
 
 from __future__ import annotations
@@ -32,7 +60,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import bayes_nea as bn
-from analysis.diagnostics import accel_nmse, heldout_predictions
+from analysis.controllers import default_controller, evaluate_closed_loop, swing_up_task
+from analysis.diagnostics import heldout_ppc
 from analysis.energy import classify_energy, divergence_flags, params_from_physical, rollout_energy
 from analysis.rollouts import (
     band_coverage,
@@ -44,12 +73,17 @@ from analysis.rollouts import (
     true_rollout,
 )
 from data import generate_dataset
-from inference import fit_nuts, fit_svi
-from models import build_model, data_scales, model_data
+from data.simulate import DEFAULT_RATE_HZ
+from inference import fit_laplace, fit_nuts, fit_svi
+from models import build_model, data_scales, model_data, nominal_torque_residual
+from models.identifiable import identifiable_where_possible
 
 FIGURE1_START = {"cartpole": (0.0, 2.0), "furuta": (0.0, 2.0)}
 """Start state (q; qd = 0) of the uncontrolled Figure-1 rollouts: pendulum at 2 rad from hanging."""
 BAND_RATE_HZ = 25.0
+RHAT_MAX = 1.01
+"""A NUTS posterior converged when every latent site's R-hat is at most this (Vehtari et al. 2021),
+no transition diverged and the bulk ESS reaches ``min_ess`` of the settings."""
 
 
 def cell_seed(cell: dict, base: int) -> int:
@@ -59,18 +93,34 @@ def cell_seed(cell: dict, base: int) -> int:
 
 
 def data_seed(cell: dict, base: int) -> int:
-    """The seed of a cell's dataset: one per (system, dataset kind), so that all 26 variants are
-    fitted to and scored on the same data, as in the paper."""
-    digest = hashlib.sha256(f"{base}:{cell['system']}:{cell['dataset']}".encode()).hexdigest()
+    """The seed of a cell's dataset: one per (system, dataset kind, dataset seed), so that all 26
+    variants are fitted to and scored on the same data, as in the paper."""
+    tag = f"{base}:{cell['system']}:{cell['dataset']}"
+    if cell.get("seed", 0):  # seed 0 keeps the seeds of the single-seed grids before the axis
+        tag += f":{cell['seed']}"
+    digest = hashlib.sha256(tag.encode()).hexdigest()
     return int(digest[:8], 16)
 
 
 @functools.lru_cache(maxsize=8)
-def cell_data(system: str, kind: str, seed: int, duration: float):
-    """``(dataset, train, valid, test)``, generated once per worker process and kept (pure in
-    its arguments; a worker runs many cells of the same dataset)."""
-    dataset = generate_dataset(system, kind, seed=seed, duration=duration)
-    train, valid, test = dataset.split(seed=seed)
+def cell_data(
+    system: str,
+    kind: str,
+    seed: int,
+    duration: float,
+    episode_duration: float = 5.0,
+    split: tuple[float, ...] = (0.625, 0.125, 0.25),
+):
+    """``(dataset, train, valid, test)``: ``duration`` s of ``kind`` data in episodes of
+    ``episode_duration`` s split by whole episode in the fractions ``split``; generated once per
+    worker process and kept (pure in its arguments; a worker runs many cells of the same dataset)."""
+    episodes = (
+        {"chunk": int(round(episode_duration * DEFAULT_RATE_HZ))}
+        if kind == "uniform"
+        else {"episode_duration": float(episode_duration)}
+    )
+    dataset = generate_dataset(system, kind, seed=seed, duration=duration, **episodes)
+    train, valid, test = dataset.split(tuple(split), seed=seed)
     return dataset, train, valid, test
 
 
@@ -85,96 +135,278 @@ def true_figure1_rollout(dataset, steps: int, *, q0=None, qd0=None) -> bn.Trajec
     return true_rollout(dataset.true_dynamics(), q0, qd0, steps=steps, dt=bn.DEFAULT_DT)
 
 
+def rollout_starts(dataset, test, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(q0, qd0)`` each (count, n): the Figure-1 start (at rest) and ``count - 1`` states of the
+    held-out episodes, evenly spaced through them."""
+    n = dataset.n
+    q0 = [np.asarray(FIGURE1_START.get(dataset.system, (0.0,) * n), float)]
+    qd0 = [np.zeros(n)]
+    if count > 1:
+        q, qd = (np.asarray(x, float) for x in test.arrays()[:2])
+        idx = np.linspace(0, q.shape[0] - 1, count - 1).round().astype(int)
+        q0 += list(q[idx])
+        qd0 += list(qd[idx])
+    return np.stack(q0), np.stack(qd0)
+
+
 @functools.lru_cache(maxsize=8)
-def _cached_true_figure1_rollout(system: str, kind: str, seed: int, duration: float, steps: int):
-    """Positions (steps + 1, n) of :func:`true_figure1_rollout` of a :func:`cell_data` dataset,
-    once per worker process."""
-    return np.asarray(true_figure1_rollout(cell_data(system, kind, seed, duration)[0], steps).q)
+def _cached_truth(system, kind, seed, duration, episode_duration, split, steps, starts):
+    """The true rollouts' positions and velocities, each (starts, steps + 1, n), from
+    :func:`rollout_starts`, once per worker process."""
+    dataset, _, _, test = cell_data(system, kind, seed, duration, episode_duration, split)
+    return true_rollouts(dataset, *rollout_starts(dataset, test, starts), steps)
 
 
-def fit_cell(cell: dict, settings: dict) -> dict:
-    """Fit ``cell["variant"]`` on ``cell["dataset"]`` data of ``cell["system"]`` and score it."""
-    seed = cell_seed(cell, int(settings["seed"]))
-    data_key = (
+def true_rollouts(dataset, q0, qd0, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """The true system's uncontrolled rollouts from ``q0, qd0`` (S, n), as
+    :func:`true_figure1_rollout` from each start, in one vmapped call: ``(q, qd)`` each
+    (S, steps + 1, n)."""
+    qdd = dataset.true_dynamics()
+    run = make_rollout_fn(lambda _: qdd, steps=steps, dt=bn.DEFAULT_DT)
+    traj = run({"start": jnp.zeros((len(q0),))}, jnp.asarray(q0), jnp.asarray(qd0))
+    return np.asarray(traj.q), np.asarray(traj.qd)
+
+
+def _data_key(cell: dict, settings: dict) -> tuple:
+    return (
         cell["system"],
         cell["dataset"],
         data_seed(cell, int(settings["seed"])),
         float(settings["duration"]),
+        float(settings.get("episode_duration", 5.0)),
+        tuple(float(x) for x in settings.get("split", (0.625, 0.125, 0.25))),
     )
-    dataset, train, valid, test = cell_data(*data_key)
-    robot = dataset.robot()
-    bm = build_model(cell["variant"], robot, scales=data_scales(model_data(train), robot))
-    start = time.perf_counter()
-    fit = fit_svi(
+
+
+def nuts_converged(diagnostics: dict, *, min_ess: float) -> tuple[bool, str | None]:
+    """``(converged, reason)`` of a NUTS fit from :meth:`inference.FitResult.diagnostics` over its
+    latent sites (in the identifiable geometry: base parameters, coefficients, noise scales)."""
+    reasons = []
+    if diagnostics.get("divergences", 0) > 0:
+        reasons.append(f"{diagnostics['divergences']} divergent transitions")
+    rhat, ess = diagnostics.get("rhat_max"), diagnostics.get("ess_bulk_min")
+    if rhat is None or not np.isfinite(rhat):
+        reasons.append("R-hat needs >= 2 chains")
+    elif rhat > RHAT_MAX:
+        reasons.append(f"R-hat {rhat:.3f} > {RHAT_MAX}")
+    if ess is not None and np.isfinite(ess) and ess < min_ess:
+        reasons.append(f"bulk ESS {ess:.0f} < {min_ess:g}")
+    return not reasons, "; ".join(reasons) or None
+
+
+def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
+    """``(fit, posterior_info)``: the cell's posterior by the library's path for its variant
+    (module docstring). ``posterior_info`` (JSON-able) records the method, convergence and why
+    not, the attempts and the sampler's diagnostics."""
+    md = model_data(train)
+    common = {"progress": False, "num_predictive": 0, "log_likelihood": False}
+    if getattr(bm, "has_networks", False):
+        fit = fit_svi(
+            bm,
+            md,
+            key=key,
+            steps=int(settings["svi_steps"]),
+            learning_rate=float(settings["learning_rate"]),
+            num_samples=int(settings["draws"]),
+            validation=model_data(valid),
+            **common,
+        )
+        conv = fit.attrs.get("convergence") or {}
+        stages = fit.attrs.get("early_stopping") or ()
+        converged = bool(conv.get("converged"))
+        return fit, {
+            "method": fit.attrs["settings"]["guide"],
+            "converged": converged,
+            "reason": None
+            if converged
+            else "a member still improved at the last step"
+            if stages
+            else "loss or gradient test failed",
+            "attempts": 1,
+            "kept_steps": [np.asarray(s["best_step"]).tolist() for s in stages],
+        }
+    svi = fit_svi(
         bm,
-        model_data(train),
-        key=seed,
+        md,
+        key=key,
         steps=int(settings["svi_steps"]),
         learning_rate=float(settings["learning_rate"]),
-        num_samples=int(settings["draws"]),
-        # networks stop where the validation episodes say they overfit (inference.early_stopping)
-        validation=model_data(valid) if bm.has_networks else None,
-        progress=False,
+        polish=True,  # a checked MAP (Newton) for the Laplace metric
+        **common,
     )
-    if settings["method"] == "svi+nuts":
-        # NUTS from the MAP with the Laplace metric: adapted metrics saturated the tree depth
-        # (~1,000 leapfrog steps per draw) on the DiffNEA models (inference/laplace.py)
-        fit = fit_nuts(
+    map_converged = bool((svi.attrs.get("convergence") or {}).get("converged"))
+    if bm.family.learns_kinematics and settings.get("kinematics_posterior") == "laplace":
+        fit = fit_laplace(
             bm,
-            model_data(train),
-            init=fit,
-            metric="laplace",
-            key=seed + 1,
-            num_warmup=int(settings["num_warmup"]),
+            md,
+            init=svi,
+            key=key + 1,
             num_samples=int(settings["num_samples"]),
             num_chains=int(settings["num_chains"]),
-            progress=False,
+            num_predictive=0,
+            log_likelihood=False,
         )
+        eig = fit.attrs["laplace"]["hessian_eig_min"]
+        converged = map_converged and eig > 0
+        return fit, {
+            "method": "laplace",
+            "geometry": geometry,
+            "attempts": 1,
+            "converged": converged,
+            "reason": None
+            if converged
+            else "the MAP is not a checked stationary point"
+            if not map_converged
+            else f"the Hessian at the MAP is not positive definite (eigenvalue {eig:.3g})",
+            "map_converged": map_converged,
+            "hessian_eig_min": eig,
+        }
+    warmup = int(settings["num_warmup"])
+    info: dict = {"method": "nuts", "geometry": geometry, "attempts": 0}
+    for attempt in range(max(1, int(settings.get("nuts_attempts", 2)))):
+        fit = fit_nuts(
+            bm,
+            md,
+            init=svi,
+            key=key + 1 + attempt,
+            num_warmup=warmup * 2**attempt,
+            num_samples=int(settings["num_samples"]),
+            num_chains=int(settings["num_chains"]),
+            chain_method="sequential",
+            max_tree_depth=int(settings.get("max_tree_depth", 10)),
+            **common,
+        )
+        diag = fit.diagnostics()
+        converged, reason = nuts_converged(diag, min_ess=float(settings.get("min_ess", 100)))
+        stats = fit.idata["sample_stats"]
+        info.update(
+            attempts=attempt + 1,
+            converged=converged,
+            reason=reason,
+            rhat_max=diag.get("rhat_max"),
+            ess_bulk_min=diag.get("ess_bulk_min"),
+            divergences=diag.get("divergences"),
+            leapfrog_per_draw=float(stats["n_steps"].mean()),
+            map_converged=map_converged,
+        )
+        if converged:
+            break
+    return fit, info
+
+
+def fit_cell(cell: dict, settings: dict) -> dict:
+    """Fit ``cell["variant"]``'s posterior on the cell's training episodes and score it."""
+    seed = cell_seed(cell, int(settings["seed"]))
+    data_key = _data_key(cell, settings)
+    dataset, train, valid, test = cell_data(*data_key)
+    robot = dataset.robot()
+    md = model_data(train)
+    # NEA: noise fixed at the nominal model's residual (models.nominal_torque_residual: learned
+    # with the weights it has no mode), so its posterior is the conjugate Gaussian
+    options = (
+        {"noise_scale": nominal_torque_residual(robot, md)} if cell["variant"] == "nea" else {}
+    )
+    bm = build_model(cell["variant"], robot, scales=data_scales(md, robot), **options)
+    bm, geometry = identifiable_where_possible(bm)
+    start = time.perf_counter()
+    fit, info = fit_posterior(bm, geometry, train, valid, settings, key=seed)
     fit_seconds = time.perf_counter() - start
-    steps = rollout_steps(settings)
-    q_true = _cached_true_figure1_rollout(*data_key, steps)
-    return score_fit(bm, fit, dataset, test, settings, fit_seconds=fit_seconds, q_true=q_true)
+    truth = _cached_truth(
+        *data_key, rollout_steps(settings), int(settings.get("rollout_starts", 1))
+    )
+    seconds = float(settings.get("controller_seconds", 0))
+    true_success = (
+        _cached_true_controller(*data_key, seconds)
+        if seconds > 0 and not all(robot.actuated)
+        else None
+    )
+    metrics = score_fit(
+        bm,
+        fit,
+        dataset,
+        test,
+        settings,
+        fit_seconds=fit_seconds,
+        truth=truth,
+        true_success=true_success,
+    )
+    metrics["posterior"] = info
+    return metrics
 
 
 def rollout_steps(settings: dict) -> int:
-    """RK4 steps of the Figure-1 rollout."""
+    """RK4 steps of the uncontrolled rollouts."""
     return int(round(float(settings["rollout_seconds"]) / bn.DEFAULT_DT))
 
 
-def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_true=None) -> dict:
-    """The cell's metrics for a fitted model (see the module docstring); ``q_true``: the true
-    system's Figure-1 rollout (steps + 1, n) if already computed."""
+def base_parameter_error(bm, physical: dict, dataset) -> dict:
+    """``{"base_error", "base_covered90"}`` of a fixed-kinematics white-box posterior (module
+    docstring); true values below 1 % of the largest are compared relative to 1 % of the
+    largest. Empty for models that learn their kinematics (their base parameters move with them)."""
+    if bm.family.learns_kinematics or dataset.true_params is None or "theta" not in physical:
+        return {}
+    to_base = np.asarray(bn.base_parameters(bm.robot, 0).to_base)
+    true = to_base @ np.asarray(dataset.true_params["theta"], float).reshape(-1)
+    draws = np.asarray(physical["theta"], float).reshape(len(physical["theta"]), -1) @ to_base.T
+    scale = np.maximum(np.abs(true), 0.01 * np.abs(true).max())
+    lo, hi = np.quantile(draws, [0.05, 0.95], axis=0)
+    return {
+        "base_error": float(np.max(np.abs(draws.mean(axis=0) - true) / scale)),
+        "base_covered90": float(np.mean((true >= lo) & (true <= hi))),
+    }
+
+
+def score_fit(
+    bm, fit, dataset, test, settings: dict, *, fit_seconds: float, truth=None, true_success=None
+) -> dict:
+    """The cell's metrics for a fitted model (see the module docstring); ``truth``: the true
+    rollouts ``(q, qd)`` each (starts, steps + 1, n) from :func:`rollout_starts`, and
+    ``true_success``: the controller's success on the true plant, if already computed."""
     robot = dataset.robot()
     draws = thin_draws(fit.posterior_samples(), int(settings["draws"]))
     d = num_draws(draws)
 
-    # held-out accelerations
-    pred = heldout_predictions(bm, draws, test)
-    nmse = float(np.mean(accel_nmse(pred, test.arrays()[2])))
+    # held-out accelerations: posterior mean and the predictive band (noise included)
+    ppc = heldout_ppc(bm, fit, test, max_draws=int(settings["draws"]))
+    nmse = float(np.mean(ppc["nmse"]))
 
-    # uncontrolled Figure-1 rollout against the true system
+    # uncontrolled rollouts from the Figure-1 start and held-out states, against the true plant
     dt = bn.DEFAULT_DT
     steps = rollout_steps(settings)
-    q0 = jnp.asarray(FIGURE1_START.get(dataset.system, (0.0,) * robot.n))
-    qd0 = jnp.zeros(robot.n)
-    traj = make_rollout_fn(bm.qdd_fn, steps=steps, dt=dt)(draws, q0, qd0)
-    if q_true is None:
-        q_true = np.asarray(true_figure1_rollout(dataset, steps).q)
-    qs, qds = np.asarray(traj.q), np.asarray(traj.qd)
-    band = credible_band(qs, prob=0.9)
-    coverage = band_coverage(band, q_true)
+    starts = int(settings.get("rollout_starts", 1))
+    q0s, qd0s = rollout_starts(dataset, test, starts)
+    if truth is None:
+        truth = true_rollouts(dataset, q0s, qd0s, steps)
+    q_true = np.asarray(truth[0])
+    # every (start, draw) pair in one vmapped rollout: start-major, draws repeated per start
+    tiled = jax.tree.map(lambda x: jnp.concatenate([x] * starts), draws)
+    traj = make_rollout_fn(bm.qdd_fn, steps=steps, dt=dt)(
+        tiled, jnp.asarray(np.repeat(q0s, d, axis=0)), jnp.asarray(np.repeat(qd0s, d, axis=0))
+    )
+    q_all = np.asarray(traj.q).reshape(starts, d, steps + 1, robot.n)
     horizon_steps = {
         f"{float(h):g}": max(1, min(steps, int(round(float(h) / dt)))) for h in settings["horizons"]
     }
-    errors = rollout_error(qs, q_true, horizons_steps=set(horizon_steps.values()))
-    horizons = {h: float(np.median(errors[k])) for h, k in horizon_steps.items()}
+    rmse = {h: [] for h in horizon_steps}
+    cover = {h: [] for h in horizon_steps}
+    for s in range(starts):
+        band = credible_band(q_all[s], prob=0.9)
+        errors = rollout_error(q_all[s], q_true[s], horizons_steps=set(horizon_steps.values()))
+        for h, k in horizon_steps.items():
+            rmse[h].append(float(np.median(errors[k])))
+            inside = (q_true[s, k] >= band.lower[k]) & (q_true[s, k] <= band.upper[k])
+            cover[h].append(np.asarray(inside, float))
+        if s == 0:  # the Figure-1 rollout: energy, divergence, the report's figure
+            fig_band = band
+    qs = q_all[0]
+    qds = np.asarray(traj.qd).reshape(starts, d, steps + 1, robot.n)[0]
+    coverage = band_coverage(fig_band, q_true[0])
 
-    # energy: the model's own (white-box) and the true energy along the predicted states
+    # divergence, split; energy: the true energy along the predicted states, and the model's own
+    finite = np.all(np.isfinite(qs) & np.isfinite(qds), axis=(1, 2))
     div = divergence_flags(robot, qs, qds)
-    e_true = rollout_energy(robot, qs, qds)
-    true_cls = classify_energy(e_true, divergent=div)
-    own = None
-    physical = None
+    true_cls = classify_energy(rollout_energy(robot, qs, qds), divergent=div)
+    own = physical = None
     if bm.family.white_box:
         physical = jax.vmap(bm.physical)(draws)
         if "theta" not in physical:  # identifiable geometry: theta | beta completed in the fit
@@ -183,39 +415,94 @@ def score_fit(bm, fit, dataset, test, settings: dict, *, fit_seconds: float, q_t
         params = params_from_physical(dyn, physical)
         own = classify_energy(rollout_energy(dyn, qs, qds, params=params), divergent=div)
 
-    # physical plausibility
-    plausible = mass_err = None
+    plausible = None
+    base = {}
     if physical is not None:
         theta = np.asarray(physical["theta"])
-        plausible = float(
-            np.mean(np.all(np.asarray(bn.is_physically_consistent(jnp.asarray(theta))), axis=1))
-        )
-        m_true = np.asarray(dataset.true_plant().params.theta)[:, 0]
-        mass_err = float(np.median(np.abs(theta[:, :, 0] - m_true[None]) / m_true[None]))
+        consistent = np.all(np.asarray(bn.is_physically_consistent(jnp.asarray(theta))), axis=1)
+        plausible = float(np.mean(consistent))
+        base = base_parameter_error(bm, physical, dataset)
+
+    controller = None
+    if float(settings.get("controller_seconds", 0)) > 0 and not all(robot.actuated):
+        controller = controller_success(bm, draws, dataset, settings, true_success=true_success)
 
     stride = max(1, int(round(1.0 / (BAND_RATE_HZ * dt))))
     return {
         "variant": bm.name,
         "energy_class_declared": bm.energy_class,
         "accel_nmse": nmse,
-        "rollout_rmse": horizons,
+        "accel_coverage90": ppc["coverage"],
+        "accel_ppc": ppc,
+        **base,
+        "rollout_rmse": {h: float(np.median(v)) for h, v in rmse.items()},
+        "rollout_coverage90": {h: float(np.mean(v)) for h, v in cover.items()},
+        "rollout_starts": starts,
         "coverage90": coverage,
+        "band_width": float(np.mean(fig_band.upper - fig_band.lower)),
         "divergent_fraction": float(np.mean(div)),
+        "left_domain_fraction": float(np.mean(div & finite)),
+        "nonfinite_fraction": float(np.mean(~finite)),
         "energy_own": None if own is None else {"label": own.label, **own.fractions},
         "energy_true": {"label": true_cls.label, **true_cls.fractions},
         "energy_gain_true_J": float(np.median(true_cls.max_gain)),
         "plausible_fraction": plausible,
-        "mass_rel_error": mass_err,
+        "controller": controller,
         "fit_seconds": fit_seconds,
-        # SVI: loss plateau and gradient test (inference.fit_svi); None for other methods
-        "converged": (fit.attrs.get("convergence") or {}).get("converged"),
         "draws": d,
         "band": {
             "t": np.asarray(traj.t)[::stride].tolist(),
-            "lower": band.lower[::stride].tolist(),
-            "median": band.median[::stride].tolist(),
-            "upper": band.upper[::stride].tolist(),
-            "truth": q_true[::stride].tolist(),
-            "finite_fraction": band.finite_fraction,
+            "lower": fig_band.lower[::stride].tolist(),
+            "median": fig_band.median[::stride].tolist(),
+            "upper": fig_band.upper[::stride].tolist(),
+            "truth": q_true[0][::stride].tolist(),
+            "finite_fraction": fig_band.finite_fraction,
         },
     }
+
+
+def controller_success(bm, draws, dataset, settings: dict, *, true_success=None) -> dict:
+    """``{"success_rate", "true_system_success", "seconds"}``: the provided swing-up controller
+    (:func:`analysis.controllers.default_controller`, designed on the nominal model) in closed
+    loop for ``controller_seconds`` from the pendulum at 0.1 rad, on every draw and on the true
+    plant (its actuation delay included; ``true_success`` if already known). Rail limits are not enforced: the provided cart-pole
+    swing-up uses more than its rail even on the true system (``check_controller_result``)."""
+    robot = dataset.robot()
+    n = robot.n
+    seconds = float(settings["controller_seconds"])
+    steps = int(round(seconds / bn.DEFAULT_DT))
+    task = swing_up_task(robot)._replace(respect_limits=False)
+    ctrl = default_controller(robot)
+    q0, qd0 = jnp.asarray(np.r_[np.zeros(n - 1), 0.1]), jnp.zeros(n)
+    run = make_rollout_fn(bm.qdd_fn, steps=steps, controller=ctrl)
+    check = evaluate_closed_loop(robot, run(draws, q0, qd0), task, dt=bn.DEFAULT_DT)
+    return {
+        "success_rate": check.success_rate,
+        "true_system_success": true_controller_success(dataset, seconds)
+        if true_success is None
+        else bool(true_success),
+        "seconds": seconds,
+    }
+
+
+def true_controller_success(dataset, seconds: float) -> bool:
+    """The provided controller's success on the true plant (see :func:`controller_success`)."""
+    robot = dataset.robot()
+    n = robot.n
+    task = swing_up_task(robot)._replace(respect_limits=False)
+    plant = dataset.true_plant()
+    run = make_rollout_fn(
+        lambda _: dataset.true_dynamics(),
+        steps=int(round(seconds / bn.DEFAULT_DT)),
+        controller=default_controller(robot),
+        delay_steps=bn.delay_steps(plant, bn.DEFAULT_DT),
+    )
+    traj = run({"x": jnp.zeros((1,))}, jnp.asarray(np.r_[np.zeros(n - 1), 0.1]), jnp.zeros(n))
+    return bool(evaluate_closed_loop(robot, traj, task, dt=bn.DEFAULT_DT).success[0])
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_true_controller(system, kind, seed, duration, episode_duration, split, seconds):
+    """:func:`true_controller_success` of a :func:`cell_data` dataset, once per worker process."""
+    dataset = cell_data(system, kind, seed, duration, episode_duration, split)[0]
+    return true_controller_success(dataset, seconds)

@@ -7,6 +7,7 @@ Public API::
     fit_nuts(bayes_model, data, *, key, num_warmup=1000, num_samples=1000, num_chains=2,
              init=None, metric="auto" | "adapt" | "laplace" | array, ...)
     laplace_inverse_mass(bayes_model, data, point) -> (d, d)   # the Laplace NUTS metric
+    fit_laplace(bayes_model, data, *, init, key, ...) -> FitResult   # N(MAP, H^-1) draws
     FitResult(idata, variant, system, method): posterior_samples(), model(), diagnostics(), ...
     save_result(result, path); load_result(path) -> FitResult   # netCDF (h5netcdf), atomic
 
@@ -18,7 +19,7 @@ NumPyro is imported before ArviZ anywhere in this package (the other order break
 import numpyro  # noqa: F401  (before arviz)
 
 import bayes_nea  # noqa: F401  (float64 switch)
-from inference.laplace import laplace_inverse_mass
+from inference.laplace import fit_laplace, laplace_inverse_mass
 from inference.nuts import fit_nuts
 from inference.result import FitResult, load_result, save_result
 from inference.svi import (
@@ -40,6 +41,7 @@ __all__ = [
     "FitResult",
     "convergence_report",
     "default_guide",
+    "fit_laplace",
     "fit_nuts",
     "fit_svi",
     "laplace_inverse_mass",

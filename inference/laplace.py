@@ -8,12 +8,17 @@ NUTS trajectories many times over (docs/measurements.md).
 from __future__ import annotations
 
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
-from numpyro.infer.util import potential_energy, unconstrain_fn
+from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
+
+from inference._common import base_attrs, point_values, raw_key
+from inference._validate import check_positive_int, fit_inputs
+from inference.result import FitResult, build_idata, trace_sites
 
 
 def laplace_inverse_mass(
@@ -91,3 +96,89 @@ def _hessian(bayes_model, data, unconstrained, batch_size):
 
 
 _shared_hessian = functools.partial(jax.jit, static_argnums=(0, 3))(_hessian)
+
+
+def fit_laplace(
+    bayes_model,
+    data,
+    *,
+    init,
+    key,
+    num_samples: int = 1000,
+    num_chains: int = 2,
+    num_predictive: int = 200,
+    log_likelihood: bool = True,
+):
+    """The Laplace approximation of the posterior at ``init`` as a fit: draws of
+    ``N(z*, H^-1)`` in NumPyro's unconstrained space (``z*``: ``init``'s point, ``H``: the Hessian
+    of ``-log p(z, data)`` there, :func:`laplace_inverse_mass`), mapped to the sites' supports
+    (Bishop 2006, sec. 4.4; MacKay 1992).
+
+    Exact for a Gaussian posterior; elsewhere an approximation that is only as good as ``init``
+    is a MAP (``fit_svi(..., polish=True)`` checks that) and the posterior is Gaussian there: a
+    cheap posterior where NUTS would cost too much (``analysis.cells``: learned kinematics in the
+    quick benchmark). Draws are independent, so R-hat and ESS say nothing about it.
+
+    Args:
+        bayes_model: the model; data: ``ModelData`` or a ``data.Dataset``.
+        init: a ``FitResult`` (its posterior mean; an ensemble's first member) or
+            ``{site: value}`` (constrained space).
+        key: ``jax.random`` key or int seed.
+        num_samples, num_chains: draws are stored as ``num_chains`` x ``num_samples``.
+        num_predictive, log_likelihood: as :func:`inference.fit_nuts`.
+
+    Returns:
+        A ``FitResult`` with ``method="laplace"``; root attribute ``laplace`` holds the smallest
+        and largest eigenvalue of ``H`` (a non-positive smallest one: ``init`` is no MAP, the
+        floor of :func:`laplace_inverse_mass` made the covariance positive definite).
+
+    Raises:
+        ValueError: bad data, sizes or an ``init`` without the model's sites; a Hessian that is
+            not finite at ``init``.
+    """
+    observations, data, summary = fit_inputs(bayes_model, data)
+    num_samples = check_positive_int("num_samples", num_samples)
+    num_chains = check_positive_int("num_chains", num_chains)
+    key, seed = raw_key(key)
+    k_draw, k_pred = jax.random.split(key)
+    latent, _ = trace_sites(bayes_model, data)
+    if isinstance(init, dict):
+        point = {k: jnp.asarray(init[k]) for k in latent}
+    else:
+        point = point_values(init, latent)
+    t0 = time.perf_counter()
+    unconstrained = unconstrain_fn(bayes_model.model, (data,), {}, point)
+    flat, unravel = ravel_pytree(unconstrained)
+    H = np.asarray(potential_hessian(bayes_model, data, unconstrained), np.float64)
+    if not np.all(np.isfinite(H)):
+        raise ValueError("the Hessian of the log joint at init is not finite: no Laplace fit")
+    eig = np.linalg.eigvalsh(0.5 * (H + H.T))
+    cov = np.asarray(laplace_inverse_mass(bayes_model, data, point), np.float64)
+    chol = np.linalg.cholesky(0.5 * (cov + cov.T))
+    total = num_samples * num_chains
+    eps = np.asarray(jax.random.normal(k_draw, (total, flat.shape[0]), jnp.float64))
+    z = jnp.asarray(np.asarray(flat, np.float64)[None] + eps @ chol.T, flat.dtype)
+    draws = jax.jit(
+        jax.vmap(lambda v: constrain_fn(bayes_model.model, (data,), {}, unravel(v)))
+    )(z)
+    samples = {
+        k: np.asarray(draws[k]).reshape(num_chains, num_samples, *np.shape(draws[k])[1:])
+        for k in latent
+    }
+    wall_s = time.perf_counter() - t0
+    attrs = base_attrs(bayes_model, observations, method="laplace", seed=seed, summary=summary)
+    attrs.update(
+        settings={"num_samples": num_samples, "num_chains": num_chains},
+        timing={"wall_s": wall_s},
+        laplace={"hessian_eig_min": float(eig.min()), "hessian_eig_max": float(eig.max())},
+    )
+    tree = build_idata(
+        bayes_model,
+        observations,
+        samples,
+        key=k_pred,
+        num_predictive=num_predictive,
+        compute_log_likelihood=log_likelihood,
+        attrs=attrs,
+    )
+    return FitResult(idata=tree, variant=attrs["variant"], system=attrs["system"], method="laplace")

@@ -25,6 +25,7 @@ from models.likelihoods import (
     linear_statistics,
     model_data,
     nea_posterior,
+    nominal_torque_residual,
     rollout_windows,
 )
 from models.priors import InformativePrior, Prior, WeakPrior, get_prior
@@ -72,6 +73,7 @@ __all__ = [
     "linear_statistics",
     "model_data",
     "nea_posterior",
+    "nominal_torque_residual",
     "rollout_windows",
     "variant_names",
 ]

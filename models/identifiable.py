@@ -792,3 +792,13 @@ def identifiable_model(
     return KinematicIdentifiableModel(
         model, base, GaussianCondition.build(base.to_base, mu, cov), basis_states=states
     )
+
+
+def identifiable_where_possible(model):
+    """``(model, geometry)``: the identifiable-geometry version of a ``diffnea`` or
+    ``nokin-diffnea`` model with a non-network actuator (``models.identifiable``), else the model
+    unchanged."""
+    try:
+        return identifiable_model(model), "identifiable"
+    except ValueError:  # another family or a network actuator: no base-parameter coordinates
+        return model, model.spec.geometry

@@ -306,6 +306,22 @@ def nea_posterior(bayes_model, data: ModelData | LinearStats, *, noise_scale=Non
     return mean.reshape(n, 10), cov
 
 
+def nominal_torque_residual(robot: bn.Robot, data: ModelData) -> np.ndarray:
+    """(n,) RMS per joint of ``tau - rnea(q, qd, qdd)`` of the robot's nominal (URDF) model on
+    ``data`` (N, n): a noise scale for NEA that does not come from NEA's own fit.
+
+    NEA's torque noise cannot be learned with its weights on an under-actuated robot: the free
+    joint's recorded torque is exactly 0, which the inverse model matches exactly with zero
+    inertia below that joint, where the likelihood grows without bound as its noise scale
+    shrinks (no posterior mode). With the noise fixed at this scale the posterior is
+    :func:`nea_posterior`'s Gaussian. Floored at 1e-9.
+    """
+    q, qd, qdd, tau = (jnp.asarray(x, jnp.float64) for x in (data.q, data.qd, data.qdd, data.tau))
+    pred = jax.jit(jax.vmap(lambda a, b, c: bn.rnea(robot, a, b, c)))(q, qd, qdd)
+    rms = np.sqrt(np.mean(np.asarray(tau - pred, np.float64) ** 2, axis=0))
+    return np.maximum(rms, 1e-9)
+
+
 # --- likelihood components ----------------------------------------------------------------------
 
 

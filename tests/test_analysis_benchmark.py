@@ -13,6 +13,7 @@ import dask
 import pytest
 
 from analysis.benchmark import (
+    CELL_SCHEMA,
     DATASET_KINDS,
     SYSTEMS,
     cell_id,
@@ -185,7 +186,7 @@ def fake_record(system, dataset, variant, *, nmse, rmse, div, declared):
     t = [0.0, 0.5, 1.0]
     q = [[0.0, 2.0], [0.0, 1.0], [0.0, -1.0]]
     return {
-        "schema": 1,
+        "schema": CELL_SCHEMA,
         "cell": {
             "system": system,
             "dataset": dataset,
