@@ -62,11 +62,11 @@ import numpy as np  # noqa: E402
 import bayes_nea as bn  # noqa: E402
 from analysis.diagnostics import heldout_ppc, heldout_predictions  # noqa: E402
 from analysis.energy import divergence_flags  # noqa: E402
-from analysis.main_job import identifiable_where_possible  # noqa: E402
 from analysis.rollouts import make_rollout_fn, thin_draws  # noqa: E402
 from data import generate_dataset, import_log  # noqa: E402
 from inference import fit_svi  # noqa: E402
 from models import build_model, data_scales, model_data  # noqa: E402
+from models.identifiable import identifiable_where_possible  # noqa: E402
 
 VARIANTS = {
     "trajectories": (

@@ -314,12 +314,16 @@ def nominal_torque_residual(robot: bn.Robot, data: ModelData) -> np.ndarray:
     joint's recorded torque is exactly 0, which the inverse model matches exactly with zero
     inertia below that joint, where the likelihood grows without bound as its noise scale
     shrinks (no posterior mode). With the noise fixed at this scale the posterior is
-    :func:`nea_posterior`'s Gaussian. Floored at 1e-9.
+    :func:`nea_posterior`'s Gaussian. Floored at 1e-3 of the RMS of all recorded efforts (no
+    recording is better than that; the rigid plant's noise-free data would otherwise give a
+    scale at rounding level, and a posterior too narrow for any metric to resolve its
+    prior-only directions).
     """
     q, qd, qdd, tau = (jnp.asarray(x, jnp.float64) for x in (data.q, data.qd, data.qdd, data.tau))
     pred = jax.jit(jax.vmap(lambda a, b, c: bn.rnea(robot, a, b, c)))(q, qd, qdd)
     rms = np.sqrt(np.mean(np.asarray(tau - pred, np.float64) ** 2, axis=0))
-    return np.maximum(rms, 1e-9)
+    floor = 1e-3 * float(np.sqrt(np.mean(np.asarray(tau, np.float64) ** 2)))
+    return np.maximum(rms, max(floor, 1e-12))
 
 
 # --- likelihood components ----------------------------------------------------------------------

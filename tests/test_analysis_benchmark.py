@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import dask
+import numpy as np
 import pytest
 
 from analysis.benchmark import (
@@ -77,6 +78,15 @@ def test_grid_and_settings():
     with pytest.raises(ValueError, match="benchmark's systems"):
         make_grid(systems=("pendubot",), variants=VARIANTS)
     assert get_settings("quick", svi_steps=5).svi_steps == 5
+    # the seed axis: every (system, dataset, variant) once per dataset seed, seed outermost
+    seeded = make_grid(variants=VARIANTS, seeds=(0, 1, 2))
+    assert len(seeded) == 468 == len({c["id"] for c in seeded})
+    assert [c["seed"] for c in seeded[::156]] == [0, 1, 2]
+    assert seeded[156]["id"] == cell_id("cartpole", "uniform", VARIANTS[0], 1)
+    assert seeded[156]["id"].endswith("__s1")
+    quick = get_settings("quick")
+    assert quick.seeds == (0, 1, 2) and quick.duration >= 30
+    assert quick.duration * quick.split[0] / quick.episode_duration >= 5  # training episodes
 
 
 def test_full_grid_runs_and_resumes(tmp_path, cell_module):
@@ -191,6 +201,7 @@ def fake_record(system, dataset, variant, *, nmse, rmse, div, declared):
             "system": system,
             "dataset": dataset,
             "variant": variant,
+            "seed": 0,
             "id": cell_id(system, dataset, variant),
         },
         "settings": {"name": "tiny"},
@@ -203,8 +214,11 @@ def fake_record(system, dataset, variant, *, nmse, rmse, div, declared):
             "divergent_fraction": div,
             "energy_class_declared": declared,
             "energy_true": {"label": "dissipating", "gaining": 0.0},
+            "left_domain_fraction": div,
+            "nonfinite_fraction": 0.0,
             "plausible_fraction": 1.0,
-            "mass_rel_error": 0.1,
+            "base_error": 0.01,
+            "posterior": {"method": "nuts", "converged": True},
             "fit_seconds": 2.0,
             "band": {
                 "t": t,
@@ -223,47 +237,28 @@ def test_report_conclusions_from_records(tmp_path):
     from analysis.report import conclusions, write_report
 
     recs = []
-    for ds in ("uniform", "hardware"):
-        recs += [
-            fake_record(
-                "cartpole",
-                ds,
-                "diffnea/viscous/informative",
-                nmse=0.1,
-                rmse=0.2,
-                div=0.0,
-                declared="dissipative",
-            ),
-            fake_record(
-                "cartpole",
-                ds,
-                "diffnea/viscous/weak",
-                nmse=0.1,
-                rmse=0.3,
-                div=0.0,
-                declared="dissipative",
-            ),
-            fake_record(
-                "cartpole",
-                ds,
-                "nokin-diffnea/viscous/informative",
-                nmse=0.1,
-                rmse=0.8,
-                div=0.0,
-                declared="dissipative",
-            ),
-            fake_record("cartpole", ds, "ffnn", nmse=0.5, rmse=3.0, div=0.5, declared="unbounded"),
-        ]
+    for ds in ("uniform", "trajectories", "hardware"):
+        for v, rmse, div, declared in (
+            ("diffnea/viscous/informative", 0.2, 0.0, "dissipative"),
+            ("diffnea/viscous/weak", 0.3, 0.0, "dissipative"),
+            ("nokin-diffnea/viscous/informative", 0.8, 0.0, "dissipative"),
+            ("ffnn", 3.0, 0.5, "unbounded"),
+        ):
+            recs.append(
+                fake_record("cartpole", ds, v, nmse=0.1, rmse=rmse, div=div, declared=declared)
+            )
     c = conclusions(recs)
-    assert (
-        c["energy_bounded"]["holds"] is True
-        and c["energy_bounded"]["unbounded"]["cells_with_divergence"] == 2
-    )
-    assert c["nokin_vs_diffnea"]["pairs"] == 2 and c["nokin_vs_diffnea"][
-        "median_ratio"
-    ] == pytest.approx(4.0)
-    assert c["nokin_vs_diffnea"]["holds"] is False
-    assert c["priors"]["median_ratio"] == pytest.approx(2 / 3) and c["priors"]["holds"] is True
+    informative = c["energy_bounded"]["informative"]
+    assert informative["holds"] is True and informative["bounded"]["cells"] == 6
+    assert c["energy_bounded"]["weak"]["unbounded"]["cells_with_divergence"] == 3  # ffnn: weak
+    assert c["energy_bounded"]["weak"]["unbounded"]["interval"] == [0.5, 0.5]
+    nokin = c["nokin_vs_diffnea"]["informative"]
+    assert nokin["pairs"] == 3 and nokin["median_ratio"] == pytest.approx(4.0)
+    assert nokin["holds"] is False  # every resample's median is 4: outside [1/2, 2]
+    assert c["nokin_vs_diffnea"]["weak"]["pairs"] == 0
+    assert c["nokin_vs_diffnea"]["weak"]["holds"] is None
+    priors = c["priors"]["diffnea"]
+    assert priors["median_ratio"] == pytest.approx(2 / 3) and priors["holds"] is True
     for r in recs:
         write_json_atomic(tmp_path / "cells" / f"{r['cell']['id']}.json", r)
     path = write_report(tmp_path)
@@ -272,6 +267,23 @@ def test_report_conclusions_from_records(tmp_path):
     assert (tmp_path / "figure1.png").stat().st_size > 1000 and (
         tmp_path / "grid_nmse.png"
     ).exists()
+
+
+def test_bootstrap_interval_and_verdicts():
+    """The percentile bootstrap brackets the median of a spread sample and collapses on a
+    constant one; a verdict needs the whole interval on one side of the bound."""
+    from analysis.report import _interval_verdict, bootstrap_interval
+
+    rng = np.random.default_rng(1)
+    x = rng.lognormal(0.0, 1.0, size=400)
+    est, lo, hi = bootstrap_interval(x)
+    assert lo < est < hi and lo < 1.0 < hi  # true median exp(0) = 1
+    assert 0.1 < hi - lo < 0.6  # ~ 2 x 1.96 x 1.25 sd / sqrt(n) around the median
+    assert bootstrap_interval(np.full(5, 3.0)) == (3.0, 3.0, 3.0)
+    assert np.isnan(bootstrap_interval([])[0])
+    assert _interval_verdict(0.6, 1.5, 0.5, 2.0) is True
+    assert _interval_verdict(2.5, 4.0, 0.5, 2.0) is False
+    assert _interval_verdict(1.5, 2.5, 0.5, 2.0) is None
 
 
 def test_paired_ratios_ignore_rounding_level_errors():
@@ -283,4 +295,4 @@ def test_paired_ratios_ignore_rounding_level_errors():
         fake_record("cartpole", "uniform", v, nmse=1e-30, rmse=r, div=0.0, declared="conserving")
         for v, r in (("diffnea/ideal/informative", 1e-19), ("diffnea/ideal/weak", 1e-12))
     ]
-    assert conclusions(recs)["priors"]["median_ratio"] == pytest.approx(1.0)
+    assert conclusions(recs)["priors"]["diffnea"]["median_ratio"] == pytest.approx(1.0)

@@ -1,0 +1,71 @@
+"""Real benchmark cells at the "tiny" setting: every cell has a posterior with width, records how
+it was obtained and whether it converged, and scores what the data identify."""
+
+import numpy as np
+import pytest
+
+from analysis.benchmark import get_settings, make_grid
+from analysis.cells import cell_data, data_seed, fit_cell
+from models import build_model, model_data, nominal_torque_residual
+
+pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
+
+SETTINGS = get_settings("tiny").to_dict()
+
+
+def run(variant: str) -> dict:
+    cell = make_grid(systems=("cartpole",), datasets=("uniform",), variants=(variant,))[0]
+    return fit_cell(cell, SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def cells():
+    return {v: run(v) for v in ("diffnea/viscous/informative", "ffnn")}
+
+
+def test_every_cell_has_a_posterior_with_width(cells):
+    methods = {v: m["posterior"]["method"] for v, m in cells.items()}
+    assert methods == {"diffnea/viscous/informative": "nuts", "ffnn": "ensemble"}
+    for v, m in cells.items():
+        assert isinstance(m["posterior"]["converged"], bool), v
+        assert m["posterior"]["converged"] or m["posterior"]["reason"], v  # a reason if not
+        assert m["band_width"] > 0, v  # a posterior, not a point
+        assert set(m["rollout_rmse"]) == set(m["rollout_coverage90"]) == {"0.1", "0.4"}
+        assert m["rollout_starts"] == SETTINGS["rollout_starts"]
+        assert m["divergent_fraction"] == pytest.approx(
+            m["left_domain_fraction"] + m["nonfinite_fraction"]
+        )
+        assert 0.0 <= m["accel_coverage90"] <= 1.0 and np.isfinite(m["accel_nmse"])
+    wb = cells["diffnea/viscous/informative"]
+    assert wb["posterior"]["geometry"] == "identifiable" and wb["posterior"]["attempts"] >= 1
+    # uniform data of the rigid plant: the base parameters are what the data identify
+    assert wb["base_error"] < 0.05 and wb["plausible_fraction"] == 1.0
+    assert wb["energy_own"]["gaining"] == 0.0  # dissipative by construction, on its own energy
+    assert cells["ffnn"].get("base_error") is None and cells["ffnn"]["energy_own"] is None
+
+
+def test_nea_noise_is_the_nominal_models_residual():
+    """NEA's torque noise is fixed at the nominal model's residual, so its posterior has a mode
+    on the under-actuated cart-pole; on the rigid plant's noise-free uniform data the residual
+    is at rounding level and the scale is its floor, 1e-3 of the efforts' RMS; an offset on
+    one joint's effort appears as that joint's residual."""
+    key = (
+        "cartpole",
+        "uniform",
+        data_seed({"system": "cartpole", "dataset": "uniform"}, 0),
+        SETTINGS["duration"],
+        SETTINGS["episode_duration"],
+        tuple(SETTINGS["split"]),
+    )
+    _, train, _, _ = cell_data(*key)
+    md = model_data(train)
+    robot = train.robot()
+    clean = nominal_torque_residual(robot, md)
+    floor = 1e-3 * np.sqrt(np.mean(np.asarray(md.tau) ** 2))
+    np.testing.assert_allclose(clean, [floor, floor], rtol=1e-9)
+    noisy = md._replace(tau=md.tau + np.array([0.3, 0.0]))
+    shifted = nominal_torque_residual(robot, noisy)
+    np.testing.assert_allclose(shifted[0], 0.3, rtol=1e-6)
+    assert shifted[1] == pytest.approx(1e-3 * np.sqrt(np.mean(np.asarray(noisy.tau) ** 2)))
+    model = build_model("nea", robot, noise_scale=shifted)
+    np.testing.assert_allclose(model.noise_scale, shifted)
