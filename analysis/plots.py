@@ -119,11 +119,18 @@ def plot_energy(
     return save_figure(fig, path)
 
 
+def record_metric(record: dict, key: str):
+    """A cell record's metric ``key``: a top-level name, or ``"name.inner"`` for a value inside a
+    dict-valued metric (``"rollout_rmse.0.1"``: horizon ``"0.1"``); None where it is missing."""
+    head, _, inner = key.partition(".")
+    value = record.get("metrics", {}).get(head)
+    if inner:
+        value = value.get(inner) if isinstance(value, dict) else None
+    return value
+
+
 def _metric(record, metric: str) -> float:
-    m = record.get("metrics", {})
-    value = m
-    for part in metric.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
+    value = record_metric(record, metric)
     return float(value) if isinstance(value, int | float) else np.nan
 
 

@@ -14,15 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from analysis.benchmark import load_records
-from analysis.plots import plot_figure1, plot_grid
+from analysis.plots import plot_figure1, plot_grid, record_metric
 from data.io import write_text_atomic
 
-
-def _get(record: dict, key: str):
-    value = record.get("metrics", {})
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+_get = record_metric
 
 
 def _num(x) -> float:
@@ -254,7 +249,8 @@ def _table(records, system: str, dataset: str, horizons) -> list[str]:
         converged = sum(bool(_get(r, "posterior.converged")) for r in done)
         cells = [variant, "/".join(methods), f"{converged}/{len(rows)}"]
         for key in keys[2:]:
-            spec = ".2f" if "cov" in key or "fraction" in key or "gaining" in key else ".3g"
+            shares = ("cov", "fraction", "gaining", "success")
+            spec = ".2f" if any(w in key for w in shares) else ".3g"
             spec = ".0f" if key == "fit_seconds" else spec
             cells.append(_fmt(_nanmean(_get(r, key) for r in done), spec))
         lines.append("| " + " | ".join(cells) + " |")
