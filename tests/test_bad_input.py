@@ -27,7 +27,7 @@ import xarray as xr
 import bayes_nea as bn
 import data
 import data.io as dio
-from analysis.benchmark import _cell_lock, cell_id, get_settings, run_benchmark
+from analysis.benchmark import CELL_SCHEMA, _cell_lock, cell_id, get_settings, run_benchmark
 from analysis.workflows import check_controller_result, rollout_result
 from cli.check_controller import finite_or_null
 from cli.main import main
@@ -1100,8 +1100,14 @@ def test_a_run_waits_for_a_cell_another_run_holds(tmp_path, monkeypatch):
             time.sleep(0.05)
         time.sleep(0.5)  # the run computed the other cell and now waits for ours
         record = {
-            "schema": 1,
-            "cell": {"system": "cartpole", "dataset": "uniform", "variant": "v0/a/p", "id": held},
+            "schema": CELL_SCHEMA,
+            "cell": {
+                "system": "cartpole",
+                "dataset": "uniform",
+                "variant": "v0/a/p",
+                "seed": 0,
+                "id": held,
+            },
             "settings": settings,
             "status": "ok",
             "error": None,

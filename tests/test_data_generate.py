@@ -7,7 +7,7 @@ import pytest
 
 import bayes_nea as bn
 import data
-from analysis.cells import true_figure1_rollout
+from analysis.cells import true_figure1_rollout, true_rollouts
 from data.excitation import fourier_excitation
 
 ARM_URDF = """
@@ -115,7 +115,7 @@ def test_hardware_dynamics_match_motor_and_stribeck_model(hardware):
 
 
 def test_grid_rolls_out_the_simulators_plant(hardware):
-    """The benchmark grid's true rollout (``analysis.cells``: ``Dataset.true_dynamics``) is the
+    """The benchmark grid's true rollouts (``analysis.cells``: ``Dataset.true_dynamics``) are the
     function the simulator integrated, Stribeck friction, motor and delay included: from the
     simulator's own true state at the start of a zero-effort phase of the protocol, the grid's
     uncontrolled rollout reproduces the simulator's true trajectory to 1e-12."""
@@ -136,9 +136,14 @@ def test_grid_rolls_out_the_simulators_plant(hardware):
         if ends[k] - first < steps + 1:  # no long release phase in this episode
             continue
         window = slice(first, first + steps + 1)
-        roll = true_figure1_rollout(ds, steps, q0=truth["q"][e, first], qd0=truth["qd"][e, first])
+        q0, qd0 = truth["q"][e, first], truth["qd"][e, first]
+        roll = true_figure1_rollout(ds, steps, q0=q0, qd0=qd0)
         np.testing.assert_allclose(roll.q, truth["q"][e, window], rtol=0, atol=1e-12)
         np.testing.assert_allclose(roll.qd, truth["qd"][e, window], rtol=0, atol=1e-12)
+        # the grid scores against several starts at once (one vmapped call): the same function
+        q_grid, qd_grid = true_rollouts(ds, q0[None], qd0[None], steps)
+        np.testing.assert_allclose(q_grid[0], truth["q"][e, window], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(qd_grid[0], truth["qd"][e, window], rtol=0, atol=1e-12)
         compared += 1
     assert compared == 2  # two 1 s windows of free motion
 
