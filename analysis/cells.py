@@ -173,8 +173,8 @@ def _data_key(cell: dict, settings: dict) -> tuple:
         cell["dataset"],
         data_seed(cell, int(settings["seed"])),
         float(settings["duration"]),
-        float(settings.get("episode_duration", 5.0)),
-        tuple(float(x) for x in settings.get("split", (0.625, 0.125, 0.25))),
+        float(settings["episode_duration"]),
+        tuple(float(x) for x in settings["split"]),
     )
 
 
@@ -212,18 +212,19 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             **common,
         )
         conv = fit.attrs.get("convergence") or {}
-        stages = fit.attrs.get("early_stopping") or ()
+        kept = [np.asarray(s["best_step"]).tolist() for s in fit.attrs.get("early_stopping") or ()]
         converged = bool(conv.get("converged"))
+        still = any(np.max(k) >= int(settings["svi_steps"]) for k in kept)
         return fit, {
             "method": fit.attrs["settings"]["guide"],
             "converged": converged,
             "reason": None
             if converged
             else "a member still improved at the last step"
-            if stages
-            else "loss or gradient test failed",
+            if still
+            else "the loss or gradient test failed",
             "attempts": 1,
-            "kept_steps": [np.asarray(s["best_step"]).tolist() for s in stages],
+            "kept_steps": kept,
         }
     svi = fit_svi(
         bm,
