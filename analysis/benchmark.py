@@ -105,7 +105,7 @@ SETTINGS = {
         horizons=(0.1, 0.4),
         controller_seconds=0.0,
     ),
-    # sized for 2 cores (docs/measurements.md, "Benchmark grid")
+    # ~2.4 h per dataset seed on 2 cores, not yet the 45 minutes of issue 13 (docs/measurements.md)
     "quick": BenchmarkSettings(name="quick", seeds=(0, 1, 2)),
     "full": BenchmarkSettings(
         name="full",
@@ -149,6 +149,11 @@ def get_settings(setting: str | BenchmarkSettings, **overrides) -> BenchmarkSett
     for k, cast in (("horizons", float), ("split", float), ("seeds", int)):
         if k in overrides:
             overrides[k] = tuple(cast(x) for x in overrides[k])
+    if overrides.get("kinematics_posterior", "laplace") not in ("laplace", "nuts"):
+        raise ValueError(
+            "kinematics_posterior must be 'laplace' or 'nuts', got "
+            f"{overrides['kinematics_posterior']!r}"
+        )
     return dataclasses.replace(base, **overrides)
 
 

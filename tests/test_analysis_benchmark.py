@@ -78,6 +78,8 @@ def test_grid_and_settings():
     with pytest.raises(ValueError, match="benchmark's systems"):
         make_grid(systems=("pendubot",), variants=VARIANTS)
     assert get_settings("quick", svi_steps=5).svi_steps == 5
+    with pytest.raises(ValueError, match="kinematics_posterior"):
+        get_settings("quick", kinematics_posterior="mcmc")
     # the seed axis: every (system, dataset, variant) once per dataset seed, seed outermost
     seeded = make_grid(variants=VARIANTS, seeds=(0, 1, 2))
     assert len(seeded) == 468 == len({c["id"] for c in seeded})
