@@ -287,11 +287,8 @@ def write_report(
     ok = [r for r in records if r["status"] == "ok"]
     horizons = sorted({h for r in ok for h in (_get(r, "rollout_rmse") or {})}, key=float)
     figs = {}
-    first = [
-        r
-        for r in records
-        if r["cell"].get("seed", 0) == min(r["cell"].get("seed", 0) for r in records)
-    ]  # figures show the first dataset seed
+    first_seed = min(r["cell"].get("seed", 0) for r in records)
+    first = [r for r in records if r["cell"].get("seed", 0) == first_seed]  # figures: one seed
     if ok:
         figs["figure1"] = plot_figure1(fig_dir / "figure1.png", [r for r in first if r in ok])
         figs["nmse"] = plot_grid(
