@@ -108,8 +108,8 @@ def cell_data(
     kind: str,
     seed: int,
     duration: float,
-    episode_duration: float = 5.0,
-    split: tuple[float, ...] = (0.625, 0.125, 0.25),
+    episode_duration: float,
+    split: tuple[float, ...],
 ):
     """``(dataset, train, valid, test)``: ``duration`` s of ``kind`` data in episodes of
     ``episode_duration`` s split by whole episode in the fractions ``split``; generated once per
@@ -200,16 +200,15 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
     not, the attempts and the sampler's diagnostics."""
     md = model_data(train)
     common = {"progress": False, "num_predictive": 0, "log_likelihood": False}
+    svi_args = dict(
+        key=key,
+        steps=int(settings["svi_steps"]),
+        learning_rate=float(settings["learning_rate"]),
+        **common,
+    )
     if getattr(bm, "has_networks", False):
         fit = fit_svi(
-            bm,
-            md,
-            key=key,
-            steps=int(settings["svi_steps"]),
-            learning_rate=float(settings["learning_rate"]),
-            num_samples=int(settings["draws"]),
-            validation=model_data(valid),
-            **common,
+            bm, md, num_samples=int(settings["draws"]), validation=model_data(valid), **svi_args
         )
         conv = fit.attrs.get("convergence") or {}
         kept = [np.asarray(s["best_step"]).tolist() for s in fit.attrs.get("early_stopping") or ()]
@@ -226,15 +225,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             "attempts": 1,
             "kept_steps": kept,
         }
-    svi = fit_svi(
-        bm,
-        md,
-        key=key,
-        steps=int(settings["svi_steps"]),
-        learning_rate=float(settings["learning_rate"]),
-        polish=True,  # a checked MAP (Newton) for the Laplace metric
-        **common,
-    )
+    svi = fit_svi(bm, md, polish=True, **svi_args)  # a checked MAP (Newton): the Laplace metric
     map_converged = bool((svi.attrs.get("convergence") or {}).get("converged"))
     if bm.family.learns_kinematics and settings.get("kinematics_posterior") == "laplace":
         fit = fit_laplace(
@@ -466,17 +457,11 @@ def controller_success(bm, draws, dataset, settings: dict, *, true_success=None)
     """``{"success_rate", "true_system_success", "seconds"}``: the provided swing-up controller
     (:func:`analysis.controllers.default_controller`, designed on the nominal model) in closed
     loop for ``controller_seconds`` from the pendulum at 0.1 rad, on every draw and on the true
-    plant (its actuation delay included; ``true_success`` if already known). Rail limits are not enforced: the provided cart-pole
-    swing-up uses more than its rail even on the true system (``check_controller_result``)."""
-    robot = dataset.robot()
-    n = robot.n
+    plant (its actuation delay included; ``true_success`` if already known). Rail limits are
+    not enforced: the provided cart-pole swing-up uses more than its rail even on the true
+    system (``check_controller_result``)."""
     seconds = float(settings["controller_seconds"])
-    steps = int(round(seconds / bn.DEFAULT_DT))
-    task = swing_up_task(robot)._replace(respect_limits=False)
-    ctrl = default_controller(robot)
-    q0, qd0 = jnp.asarray(np.r_[np.zeros(n - 1), 0.1]), jnp.zeros(n)
-    run = make_rollout_fn(bm.qdd_fn, steps=steps, controller=ctrl)
-    check = evaluate_closed_loop(robot, run(draws, q0, qd0), task, dt=bn.DEFAULT_DT)
+    check = _swing_up(dataset.robot(), bm.qdd_fn, draws, seconds)
     return {
         "success_rate": check.success_rate,
         "true_system_success": true_controller_success(dataset, seconds)
@@ -488,18 +473,26 @@ def controller_success(bm, draws, dataset, settings: dict, *, true_success=None)
 
 def true_controller_success(dataset, seconds: float) -> bool:
     """The provided controller's success on the true plant (see :func:`controller_success`)."""
-    robot = dataset.robot()
+    qdd = dataset.true_dynamics()
+    delay = bn.delay_steps(dataset.true_plant(), bn.DEFAULT_DT)
+    check = _swing_up(
+        dataset.robot(), lambda _: qdd, {"x": jnp.zeros((1,))}, seconds, delay_steps=delay
+    )
+    return bool(check.success[0])
+
+
+def _swing_up(robot, qdd_fn_of_draw, draws, seconds: float, *, delay_steps: int = 0):
+    """The swing-up check of :func:`controller_success` on ``draws`` (a ``ControllerCheck``)."""
     n = robot.n
-    task = swing_up_task(robot)._replace(respect_limits=False)
-    plant = dataset.true_plant()
     run = make_rollout_fn(
-        lambda _: dataset.true_dynamics(),
+        qdd_fn_of_draw,
         steps=int(round(seconds / bn.DEFAULT_DT)),
         controller=default_controller(robot),
-        delay_steps=bn.delay_steps(plant, bn.DEFAULT_DT),
+        delay_steps=delay_steps,
     )
-    traj = run({"x": jnp.zeros((1,))}, jnp.asarray(np.r_[np.zeros(n - 1), 0.1]), jnp.zeros(n))
-    return bool(evaluate_closed_loop(robot, traj, task, dt=bn.DEFAULT_DT).success[0])
+    traj = run(draws, jnp.asarray(np.r_[np.zeros(n - 1), 0.1]), jnp.zeros(n))
+    task = swing_up_task(robot)._replace(respect_limits=False)
+    return evaluate_closed_loop(robot, traj, task, dt=bn.DEFAULT_DT)
 
 
 @functools.lru_cache(maxsize=8)

@@ -50,11 +50,18 @@ def laplace_inverse_mass(
     H = np.asarray(H, dtype=np.float64)
     if not np.all(np.isfinite(H)):
         return jnp.full(H.shape, jnp.nan, dtype=flat.dtype)
+    return jnp.asarray(_floored_inverse(H, flat.dtype, rtol)[0], dtype=flat.dtype)
+
+
+def _floored_inverse(H: np.ndarray, dtype, rtol: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(inverse, eigenvalues)`` of a finite symmetric Hessian (d, d): the inverse with the
+    eigenvalues below ``rtol`` times the largest raised to it (default ``1000 eps`` of ``dtype``,
+    :func:`laplace_inverse_mass`), and the eigenvalues before the floor."""
     w, V = np.linalg.eigh(0.5 * (H + H.T))
     if rtol is None:
-        rtol = 1e3 * float(jnp.finfo(flat.dtype).eps)
-    w = np.maximum(w, rtol * np.abs(w).max())
-    return jnp.asarray((V / w[None, :]) @ V.T, dtype=flat.dtype)
+        rtol = 1e3 * float(jnp.finfo(dtype).eps)
+    floored = np.maximum(w, rtol * np.abs(w).max())
+    return (V / floored[None, :]) @ V.T, w
 
 
 def potential_hessian(bayes_model, data, unconstrained: dict, *, batch_size: int = 8) -> jax.Array:
@@ -152,8 +159,9 @@ def fit_laplace(
     H = np.asarray(potential_hessian(bayes_model, data, unconstrained), np.float64)
     if not np.all(np.isfinite(H)):
         raise ValueError("the Hessian of the log joint at init is not finite: no Laplace fit")
-    eig = np.linalg.eigvalsh(0.5 * (H + H.T))
-    cov = np.asarray(laplace_inverse_mass(bayes_model, data, point), np.float64)
+    # the Hessian once: its eigenvalues are reported, its floored inverse is the covariance
+    cov, eig = _floored_inverse(H, flat.dtype, None)
+    cov = np.asarray(jnp.asarray(cov, dtype=flat.dtype), np.float64)
     chol = np.linalg.cholesky(0.5 * (cov + cov.T))
     total = num_samples * num_chains
     eps = np.asarray(jax.random.normal(k_draw, (total, flat.shape[0]), jnp.float64))
