@@ -8,12 +8,15 @@ The posterior of a cell (:func:`fit_posterior`) is the library's own path for it
 
 - white-box variants without networks (``diffnea`` / ``nokin-diffnea`` with the ideal, viscous or
   Stribeck actuator): the identifiable (base-parameter) geometry, a Newton-polished MAP, then NUTS
-  from it (``fit_nuts``'s default metric for the model); re-run with a longer warm-up and a new key
-  when it did not converge (R-hat, divergences, ESS), up to ``nuts_attempts`` runs;
+  from it (``fit_nuts``'s default metric for the model); when it did not converge, its chains are
+  extended by as many draws again if only R-hat or ESS fell short, or re-run with twice the
+  warm-up and a new key after divergences, up to ``nuts_attempts`` runs;
 - ``nokin-diffnea`` without networks, when ``settings["kinematics_posterior"]`` is ``"laplace"``
-  (the quick setting): the Laplace approximation at the polished MAP in the same coordinates
-  (:func:`inference.fit_laplace`): NUTS there costs ~4 min per cell on 6,000 states
-  (docs/measurements.md), beyond the quick grid's budget; the full setting runs NUTS;
+  (the quick setting): the Laplace approximation at the polished MAP in the same coordinates,
+  corrected by Pareto-smoothed importance resampling (:func:`inference.fit_laplace`), converged
+  when the MAP is checked and the weights' Pareto k is below its threshold: NUTS there costs
+  ~4 min per cell on 6,000 states (docs/measurements.md), beyond the quick grid's budget; the
+  full setting runs NUTS;
 - ``nea``: NUTS from its MAP with the torque noise fixed at the nominal model's residual
   (:func:`models.nominal_torque_residual`), where its posterior is the conjugate Gaussian of
   :func:`models.nea_posterior` (tested against it in ``tests/test_models_identification.py``);
@@ -238,36 +241,58 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             num_predictive=0,
             log_likelihood=False,
         )
-        eig = fit.attrs["laplace"]["hessian_eig_min"]
-        converged = map_converged and eig > 0
+        report = fit.attrs["laplace"]
+        eig = report["hessian_eig_min"]
+        reasons = []
+        if not map_converged:
+            reasons.append("the MAP is not a checked stationary point")
+        if eig <= 0:
+            reasons.append(
+                f"the Hessian at the MAP is not positive definite (eigenvalue {eig:.3g})"
+            )
+        if not report["reliable"]:
+            reasons.append(
+                f"importance weights' Pareto k {report['pareto_k']:.2f} > "
+                f"{report['pareto_k_max']:.2f}: the Gaussian at the MAP misses posterior mass"
+            )
         return fit, {
-            "method": "laplace",
+            "method": "laplace+psis",
             "geometry": geometry,
             "attempts": 1,
-            "converged": converged,
-            "reason": None
-            if converged
-            else "the MAP is not a checked stationary point"
-            if not map_converged
-            else f"the Hessian at the MAP is not positive definite (eigenvalue {eig:.3g})",
+            "converged": not reasons,
+            "reason": "; ".join(reasons) or None,
             "map_converged": map_converged,
             "hessian_eig_min": eig,
+            **{
+                k: report[k]
+                for k in ("pareto_k", "pareto_k_max", "importance_ess", "distinct_draws")
+            },
         }
     warmup = int(settings["num_warmup"])
-    info: dict = {"method": "nuts", "geometry": geometry, "attempts": 0}
+    info: dict = {"method": "nuts", "geometry": geometry, "attempts": 0, "extended": 0}
+    nuts_args = dict(
+        num_samples=int(settings["num_samples"]),
+        num_chains=int(settings["num_chains"]),
+        chain_method="sequential",
+        **common,
+    )
+    fit = None
     for attempt in range(max(1, int(settings.get("nuts_attempts", 2)))):
-        fit = fit_nuts(
-            bm,
-            md,
-            init=svi,
-            key=key + 1 + attempt,
-            num_warmup=warmup * 2**attempt,
-            num_samples=int(settings["num_samples"]),
-            num_chains=int(settings["num_chains"]),
-            chain_method="sequential",
-            max_tree_depth=int(settings.get("max_tree_depth", 10)),
-            **common,
-        )
+        if fit is not None and not info["divergences"]:
+            # no divergence, only R-hat / ESS short: more draws of the same chains (R-hat's
+            # sampling noise over tens of sites exceeds 1.01 at a few hundred draws)
+            fit = fit_nuts(bm, md, key=key + 1 + attempt, extend=fit, **nuts_args)
+            info["extended"] += 1
+        else:  # a first run, or divergences: a new start with a longer warm-up
+            fit = fit_nuts(
+                bm,
+                md,
+                init=svi,
+                key=key + 1 + attempt,
+                num_warmup=warmup * 2**attempt,
+                max_tree_depth=int(settings.get("max_tree_depth", 10)),
+                **nuts_args,
+            )
         diag = fit.diagnostics()
         converged, reason = nuts_converged(diag, min_ess=float(settings.get("min_ess", 100)))
         stats = fit.idata["sample_stats"]

@@ -324,10 +324,13 @@ def write_report(
         "",
         "Posteriors (`posterior` column): `nuts` for white-box variants without networks and "
         "NEA, `ensemble` (early-stopped MAPs from prior draws, noise calibrated on the "
-        "validation episodes) for variants with networks, `laplace` for learned kinematics where "
-        "the setting says so. Not converged means: NUTS with divergences, R-hat above 1.01 or "
-        "bulk ESS below the setting's `min_ess` after its re-runs; an ensemble member still "
-        "improving at its last step; a Laplace fit whose MAP is not a checked stationary point.",
+        "validation episodes) for variants with networks, `laplace+psis` (the Laplace "
+        "approximation at the MAP, corrected by Pareto-smoothed importance resampling) for "
+        "learned kinematics where the setting says so. Not converged means: NUTS with "
+        "divergences, R-hat above 1.01 or bulk ESS below the setting's `min_ess` after its "
+        "re-runs; an ensemble member still improving at its last step; a Laplace fit whose MAP "
+        "is not a checked stationary point or whose importance weights' Pareto k is above "
+        "`min(1 - 1/log10(S), 0.7)`.",
         "",
         "## Conclusions of the paper, measured",
         "",

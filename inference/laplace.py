@@ -2,7 +2,8 @@
 
 Used as a fixed NUTS metric (``fit_nuts(..., metric="laplace")``): for a Gaussian posterior it is
 the exact covariance (Bishop 2006, sec. 4.4); on the white-box DiffNEA models it shortens the
-NUTS trajectories many times over (docs/measurements.md).
+NUTS trajectories many times over (docs/measurements.md). :func:`fit_laplace` also uses it as a
+posterior by itself, corrected by Pareto-smoothed importance sampling (Vehtari et al. 2024).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from inference._common import base_attrs, point_values, raw_key
-from inference._validate import check_positive_int, fit_inputs
+from inference._validate import check_choice, check_positive_int, fit_inputs
 from inference.result import FitResult, build_idata, trace_sites
 
 
@@ -113,18 +114,28 @@ def fit_laplace(
     key,
     num_samples: int = 1000,
     num_chains: int = 2,
+    importance: str = "psis",
     num_predictive: int = 200,
     log_likelihood: bool = True,
 ):
     """The Laplace approximation of the posterior at ``init`` as a fit: draws of
     ``N(z*, H^-1)`` in NumPyro's unconstrained space (``z*``: ``init``'s point, ``H``: the Hessian
     of ``-log p(z, data)`` there, :func:`laplace_inverse_mass`), mapped to the sites' supports
-    (Bishop 2006, sec. 4.4; MacKay 1992).
+    (Bishop 2006, sec. 4.4; MacKay 1992), by default corrected towards the posterior by
+    Pareto-smoothed importance sampling.
 
     Exact for a Gaussian posterior; elsewhere an approximation that is only as good as ``init``
     is a MAP (``fit_svi(..., polish=True)`` checks that) and the posterior is Gaussian there: a
     cheap posterior where NUTS would cost too much (``analysis.cells``: learned kinematics in the
-    quick benchmark). Draws are independent, so R-hat and ESS say nothing about it.
+    quick benchmark). With ``importance="psis"`` each Gaussian draw ``z`` gets the weight
+    ``p(z, data) / q(z)``; the weights are Pareto-smoothed and the draws resampled by them
+    (systematic resampling: equal weights keep every draw once). The Pareto shape ``k`` of the
+    weights says whether that is trustworthy: below ``min(1 - 1 / log10(S), 0.7)`` for ``S``
+    draws the corrected draws estimate posterior expectations reliably; above it the Gaussian
+    misses posterior mass (a curved or skewed posterior) and the few heavy draws that survive
+    are no posterior sample (Vehtari, Simpson, Gelman, Yao, Gabry 2024, sec. 3). Draws are
+    independent, so R-hat and ESS say nothing about this fit: ``k`` and the weights' effective
+    sample size do.
 
     Args:
         bayes_model: the model; data: ``ModelData`` or a ``data.Dataset``.
@@ -132,22 +143,27 @@ def fit_laplace(
             ``{site: value}`` (constrained space).
         key: ``jax.random`` key or int seed.
         num_samples, num_chains: draws are stored as ``num_chains`` x ``num_samples``.
+        importance: ``"psis"`` (default) or ``"none"`` (the Gaussian's draws as they are).
         num_predictive, log_likelihood: as :func:`inference.fit_nuts`.
 
     Returns:
         A ``FitResult`` with ``method="laplace"``; root attribute ``laplace`` holds the smallest
         and largest eigenvalue of ``H`` (a non-positive smallest one: ``init`` is no MAP, the
-        floor of :func:`laplace_inverse_mass` made the covariance positive definite).
+        floor of :func:`laplace_inverse_mass` made the covariance positive definite) and, with
+        ``importance="psis"``, ``pareto_k``, its threshold ``pareto_k_max``, ``reliable``
+        (``k`` below it), the weights' effective sample size ``importance_ess`` and the number
+        of distinct draws kept ``distinct_draws``.
 
     Raises:
-        ValueError: bad data, sizes or an ``init`` without the model's sites; a Hessian that is
-            not finite at ``init``.
+        ValueError: bad data, sizes or ``importance``; an ``init`` without the model's sites; a
+            Hessian that is not finite at ``init``.
     """
     observations, data, summary = fit_inputs(bayes_model, data)
     num_samples = check_positive_int("num_samples", num_samples)
     num_chains = check_positive_int("num_chains", num_chains)
+    importance = check_choice("importance", importance, ("psis", "none"))
     key, seed = raw_key(key)
-    k_draw, k_pred = jax.random.split(key)
+    k_draw, k_pred, k_resample = jax.random.split(key, 3)
     latent, _ = trace_sites(bayes_model, data)
     if isinstance(init, dict):
         point = {k: jnp.asarray(init[k]) for k in latent}
@@ -166,9 +182,15 @@ def fit_laplace(
     total = num_samples * num_chains
     eps = np.asarray(jax.random.normal(k_draw, (total, flat.shape[0]), jnp.float64))
     z = jnp.asarray(np.asarray(flat, np.float64)[None] + eps @ chol.T, flat.dtype)
-    draws = jax.jit(
-        jax.vmap(lambda v: constrain_fn(bayes_model.model, (data,), {}, unravel(v)))
-    )(z)
+    laplace = {"hessian_eig_min": float(eig.min()), "hessian_eig_max": float(eig.max())}
+    if importance == "psis":
+        # log p(z, data) - log q(z) up to a constant: -U(z) + |eps|^2 / 2
+        energy = _potential_energies(bayes_model, data, z, unravel)
+        log_w = -np.asarray(energy, np.float64) + 0.5 * np.sum(eps**2, axis=1)
+        index, weights = psis_resample(log_w, k_resample)
+        z = z[index]
+        laplace.update(weights)
+    draws = jax.jit(jax.vmap(lambda v: constrain_fn(bayes_model.model, (data,), {}, unravel(v))))(z)
     samples = {
         k: np.asarray(draws[k]).reshape(num_chains, num_samples, *np.shape(draws[k])[1:])
         for k in latent
@@ -176,9 +198,9 @@ def fit_laplace(
     wall_s = time.perf_counter() - t0
     attrs = base_attrs(bayes_model, observations, method="laplace", seed=seed, summary=summary)
     attrs.update(
-        settings={"num_samples": num_samples, "num_chains": num_chains},
+        settings={"num_samples": num_samples, "num_chains": num_chains, "importance": importance},
         timing={"wall_s": wall_s},
-        laplace={"hessian_eig_min": float(eig.min()), "hessian_eig_max": float(eig.max())},
+        laplace=laplace,
     )
     tree = build_idata(
         bayes_model,
@@ -190,3 +212,50 @@ def fit_laplace(
         attrs=attrs,
     )
     return FitResult(idata=tree, variant=attrs["variant"], system=attrs["system"], method="laplace")
+
+
+def _potential_energies(bayes_model, data, z: jax.Array, unravel, *, batch_size: int = 16):
+    """``-log p(z_i, data)`` (S,) at unconstrained flat points ``z`` (S, d) (``unravel``: flat
+    to sites), ``batch_size`` at a time (memory: ``batch_size`` likelihood evaluations over the
+    data); +inf where not finite."""
+
+    def one(v):
+        u = potential_energy(bayes_model.model, (data,), {}, unravel(v))
+        return jnp.where(jnp.isfinite(u), u, jnp.inf)
+
+    return jax.jit(lambda zz: jax.lax.map(one, zz, batch_size=min(batch_size, zz.shape[0])))(z)
+
+
+def psis_resample(log_weights: np.ndarray, key) -> tuple[np.ndarray, dict]:
+    """Pareto-smoothed importance resampling (Vehtari et al. 2024): ``(index, report)`` with
+    ``index`` (S,) the draws kept by systematic resampling of the smoothed weights of
+    ``log_weights`` (S,) (``-inf``: zero weight) and ``report`` ``{"pareto_k", "pareto_k_max",
+    "reliable", "importance_ess", "distinct_draws"}``; ``pareto_k`` is ``inf`` when fewer than
+    two weights are positive, ``-inf`` when all are equal to 1e-6 (nothing to smooth), NaN
+    when the tail fit fails (then not ``reliable``)."""
+    from arviz_stats.base import array_stats  # only this correction needs it
+
+    lw = np.asarray(log_weights, np.float64)
+    S = lw.shape[0]
+    k_max = min(1.0 - 1.0 / np.log10(S), 0.7) if S > 10 else 0.0
+    finite = np.isfinite(lw)
+    if finite.sum() < 2:
+        smoothed, k = np.where(finite, 0.0, -np.inf), np.inf
+    elif np.ptp(lw[finite]) < 1e-6:  # equal weights (a Gaussian posterior): no tail to fit
+        smoothed, k = np.where(finite, 0.0, -np.inf), -np.inf
+    else:
+        smoothed = np.full(S, -np.inf)
+        # arviz_stats smooths the right tail of the negated argument (its LOO convention)
+        smoothed[finite], k = array_stats.psislw(-(lw[finite] - lw[finite].max()))
+        k = float(k)
+    w = np.exp(smoothed - smoothed[finite].max()) if finite.any() else np.ones(S)
+    w = w / w.sum()
+    u = (float(jax.random.uniform(key, (), jnp.float64)) + np.arange(S)) / S
+    index = np.minimum(np.searchsorted(np.cumsum(w), u, side="left"), S - 1)
+    return index, {
+        "pareto_k": k,
+        "pareto_k_max": float(k_max),
+        "reliable": bool(k < k_max),
+        "importance_ess": float(1.0 / np.sum(w**2)),
+        "distinct_draws": int(np.unique(index).size),
+    }

@@ -69,3 +69,30 @@ def test_nea_noise_is_the_nominal_models_residual():
     assert shifted[1] == pytest.approx(1e-3 * np.sqrt(np.mean(np.asarray(noisy.tau) ** 2)))
     model = build_model("nea", robot, noise_scale=shifted)
     np.testing.assert_allclose(model.noise_scale, shifted)
+
+
+def test_nuts_short_of_ess_extends_its_chains_and_says_why():
+    """A NUTS cell that misses only R-hat / ESS (no divergence) continues its chains for as
+    many draws again instead of restarting; still short, it reports the reason."""
+    from analysis.cells import fit_posterior
+    from models.identifiable import identifiable_where_possible
+
+    key = (
+        "cartpole",
+        "uniform",
+        data_seed({"system": "cartpole", "dataset": "uniform"}, 0),
+        SETTINGS["duration"],
+        SETTINGS["episode_duration"],
+        tuple(SETTINGS["split"]),
+    )
+    _, train, valid, _ = cell_data(*key)
+    bm, geometry = identifiable_where_possible(
+        build_model("diffnea/viscous/informative", train.robot())
+    )
+    # no fit reaches this ESS; a warm-up long enough for no divergence
+    settings = dict(SETTINGS, nuts_attempts=2, min_ess=1e9, num_warmup=400, num_samples=40)
+    fit, info = fit_posterior(bm, geometry, train, valid, settings, key=0)
+    assert info["method"] == "nuts" and info["attempts"] == 2
+    assert info["divergences"] == 0 and info["extended"] == 1
+    assert fit.num_draws == 80  # per chain: the first run's 40 + as many again
+    assert not info["converged"] and "bulk ESS" in info["reason"]
