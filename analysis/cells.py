@@ -217,6 +217,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
         kept = [np.asarray(s["best_step"]).tolist() for s in fit.attrs.get("early_stopping") or ()]
         converged = bool(conv.get("converged"))
         still = any(np.max(k) >= int(settings["svi_steps"]) for k in kept)
+        patience = (fit.attrs["settings"].get("validation") or {}).get("patience")
         return fit, {
             "method": fit.attrs["settings"]["guide"],
             "converged": converged,
@@ -224,6 +225,9 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             if converged
             else "a member still improved at the last step"
             if still
+            else f"a member's best validation score was fewer than {patience} checks before "
+            "the last step (not yet stopped)"
+            if kept
             else "the loss or gradient test failed",
             "attempts": 1,
             "kept_steps": kept,
