@@ -255,9 +255,12 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
                 f"the Hessian at the MAP is not positive definite (eigenvalue {eig:.3g})"
             )
         if not report["reliable"]:
+            k = report["pareto_k"]
             reasons.append(
-                f"importance weights' Pareto k {report['pareto_k']:.2f} > "
-                f"{report['pareto_k_max']:.2f}: the Gaussian at the MAP misses posterior mass"
+                f"importance weights' Pareto k {k:.2f} > {report['pareto_k_max']:.2f}: the "
+                "Gaussian at the MAP misses posterior mass"
+                if np.isfinite(k) or k > 0
+                else "importance weights' tail could not be fitted (Pareto k not finite)"
             )
         return fit, {
             "method": "laplace+psis",

@@ -925,7 +925,7 @@ def fit_svi(
     grad_rel = grad = -np.inf
     for point in points:  # the gradient test at every point estimate: the worst one counts
         point = {k: point[k] for k in latent}
-        g = gradient_norm(bayes_model, data, point, model_kwargs=model_kwargs)
+        g = gradient_norm(bayes_model, data, point)  # on all the data, also when subsampled
         dim = int(sum(np.size(v) for v in point.values()))
         _, rel = gradient_check(
             g, dimension=dim, num_obs=int(np.size(observations.q)), tol=gradient_tol
@@ -977,7 +977,7 @@ def fit_svi(
         point, map_report = polish_map(bayes_model, data, {k: samples[k][0, 0] for k in latent})
         samples = {k: jnp.asarray(point[k])[None, None] for k in latent}
         # the gradient test at the polished point (the SVI point's is kept as svi_grad_*)
-        grad = gradient_norm(bayes_model, data, point, model_kwargs=model_kwargs)
+        grad = gradient_norm(bayes_model, data, point)
         _, grad_rel = gradient_check(
             grad, dimension=dim, num_obs=int(np.size(observations.q)), tol=gradient_tol
         )

@@ -219,6 +219,22 @@ def test_gradient_norm_matches_the_gaussian_posterior(problem):
     assert ok == (rel <= 1.0)
 
 
+def test_subsampled_fit_checks_its_gradient_on_all_the_data(problem):
+    """Minibatch SVI (``subsample_size``) runs to its end and its convergence report's gradient
+    is the full-data gradient of the negative log joint at its point (the minibatch's would
+    be a random number), checked against the closed form at that point."""
+    model, data, mean, cov = problem
+    fit = fit_svi(
+        model, data, key=0, guide="delta", steps=1500, learning_rate=0.01, subsample_size=10, **FAST
+    )
+    w = _w(fit.posterior_samples())[0]
+    sd = np.sqrt(np.diag(cov))
+    np.testing.assert_array_less(np.abs(w - mean) / sd, 1.0)  # near the mode, with SGD noise
+    expect = np.linalg.norm(np.linalg.solve(cov, w - mean))  # P (w - m), Bishop eq. 3.50-3.51
+    assert fit.attrs["convergence"]["grad_norm"] == pytest.approx(expect, rel=1e-6)
+    assert fit.attrs["settings"]["subsample_size"] == 10
+
+
 def test_converged_needs_a_small_gradient(problem, delta_fit):
     model, data, _, _ = problem
     report = delta_fit.attrs["convergence"]
