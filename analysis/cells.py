@@ -259,8 +259,8 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             reasons.append(
                 f"importance weights' Pareto k {k:.2f} > {report['pareto_k_max']:.2f}: the "
                 "Gaussian at the MAP misses posterior mass"
-                if np.isfinite(k) or k > 0
-                else "importance weights' tail could not be fitted (Pareto k not finite)"
+                if not np.isnan(k)
+                else "importance weights' tail could not be fitted (Pareto k NaN)"
             )
         return fit, {
             "method": "laplace+psis",

@@ -328,7 +328,8 @@ def write_report(
         "approximation at the MAP, corrected by Pareto-smoothed importance resampling) for "
         "learned kinematics where the setting says so. Not converged means: NUTS with "
         "divergences, R-hat above 1.01 or bulk ESS below the setting's `min_ess` after its "
-        "re-runs; an ensemble member still improving at its last step; a Laplace fit whose MAP "
+        "re-runs; an ensemble with a member not stopped on its validation minimum by the last "
+        "step; a Laplace fit whose MAP "
         "is not a checked stationary point or whose importance weights' Pareto k is above "
         "`min(1 - 1/log10(S), 0.7)`.",
         "",
