@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_nea import spatial as sp
+from bayes_nea import spatial_pairs as sv
 from bayes_nea.robot import Robot, RobotParams
 from bayes_nea.tree import backward_pass, forward_pass, joint_transforms, resolve
 
@@ -39,26 +40,40 @@ def _check_f_ext(robot: Robot, f_ext) -> None:
         )
 
 
-def _base_acceleration(robot: Robot, gravity, dtype) -> jax.Array:
+def _base_acceleration(robot: Robot, gravity, dtype) -> tuple[jax.Array, jax.Array]:
+    """The base's spatial acceleration ``(-g, 0)``: gravity enters every algorithm this way."""
     g = jnp.asarray(robot.gravity if gravity is None else gravity, dtype=dtype)
-    return jnp.concatenate([-g, jnp.zeros(3, dtype)])
+    return -g, jnp.zeros(3, dtype)
+
+
+def _subspaces(robot: Robot) -> list[np.ndarray]:
+    """Static motion subspaces ``s_i`` (numpy (6,)), so that zero entries cost nothing."""
+    return [robot.motion_subspace(i) for i in range(robot.n)]
+
+
+def _external(f_ext, i: int):
+    return None if f_ext is None else (f_ext[i, :3], f_ext[i, 3:])
+
+
+def _minus(f, g):
+    return f if g is None else (f[0] - g[0], f[1] - g[1])
 
 
 def _kinematics(robot, params, q, qd, qdd, a0):
-    """Forward pass of RNEA: transforms and body twists / accelerations (lists of (6,))."""
-    R, p = joint_transforms(robot, params, q)
-    S = [jnp.asarray(robot.motion_subspace(i), dtype=R.dtype) for i in range(robot.n)]
-    zero = jnp.zeros(6, R.dtype)
+    """Forward pass of RNEA: transforms, subspaces and body twists / accelerations (pairs)."""
+    T = joint_transforms(robot, params, q, staged=True)
+    S = _subspaces(robot)
+    zero = jnp.zeros(3, a0[0].dtype)
 
     def visit(i, parent):
         v_parent, a_parent = parent
-        vj = S[i] * qd[i]
-        v = sp.inv_act_motion(R[i], p[i], v_parent) + vj
-        a = sp.inv_act_motion(R[i], p[i], a_parent) + S[i] * qdd[i] + sp.cross_motion(v, vj)
-        return v, a
+        vj = sv.subspace_times(S[i], qd[i])
+        v = sv.add(sv.inv_act_motion(*T[i], v_parent), vj)
+        a = sv.add(sv.inv_act_motion(*T[i], a_parent), sv.subspace_times(S[i], qdd[i]))
+        return sv.stage((v, sv.add(a, sv.cross_motion(v, vj))))
 
-    va = forward_pass(robot, visit, (zero, a0))
-    return R, p, S, va
+    va = forward_pass(robot, visit, ((zero, zero), a0))
+    return T, S, va
 
 
 def rnea(
@@ -83,16 +98,16 @@ def rnea(
     check_state(robot, q=q, qd=qd, qdd=qdd)
     _check_f_ext(robot, f_ext)
     params, dtype = resolve(robot, params, q, qd, qdd)
-    R, p, S, va = _kinematics(robot, params, q, qd, qdd, _base_acceleration(robot, gravity, dtype))
-    theta = params.theta
+    T, S, va = _kinematics(robot, params, q, qd, qdd, _base_acceleration(robot, gravity, dtype))
 
     def body_force(i):
+        body = sv.rigid_body(params.theta[i])
         v, a = va[i]
-        f = sp.inertia_apply(theta[i], a) + sp.cross_force(v, sp.inertia_apply(theta[i], v))
-        return f if f_ext is None else f - f_ext[i]
+        f = sv.add(sv.inertia_apply(body, a), sv.cross_force(v, sv.inertia_apply(body, v)))
+        return sv.stage(_minus(f, _external(f_ext, i)))
 
     def visit(i, f):
-        return S[i] @ f, sp.act_force(R[i], p[i], f)
+        return sv.stage((sv.subspace_dot(S[i], f), sv.act_force(*T[i], f)))
 
     tau = backward_pass(robot, visit, [body_force(i) for i in range(robot.n)])
     return jnp.stack(tau)
@@ -112,7 +127,8 @@ def aba(
 
     DiffNEA Algorithm 1 (Featherstone 2008, Table 7.1): velocities and bias accelerations
     outwards, articulated inertias ``Pi_i = M_i:n - M s Psi s^T M`` and bias forces inwards, joint
-    accelerations outwards. Articulated inertias are (6, 6); transforms are applied blockwise.
+    accelerations outwards. Articulated inertias are kept as their three (3, 3) blocks and carried
+    to the parent blockwise (``spatial_pairs.articulated_to_parent``).
 
     Raises:
         ValueError: q, qd or tau not of shape (n,), f_ext not (n, 6).
@@ -120,43 +136,50 @@ def aba(
     check_state(robot, q=q, qd=qd, tau=tau)
     _check_f_ext(robot, f_ext)
     params, dtype = resolve(robot, params, q, qd, tau)
-    R, p = joint_transforms(robot, params, q)
-    S = [jnp.asarray(robot.motion_subspace(i), dtype=dtype) for i in range(robot.n)]
-    zero = jnp.zeros(6, dtype)
+    T = joint_transforms(robot, params, q, staged=True)
+    S = _subspaces(robot)
+    zero = jnp.zeros(3, dtype)
 
     def visit_velocity(i, parent):
-        vj = S[i] * qd[i]
-        v = sp.inv_act_motion(R[i], p[i], parent[0]) + vj
-        return v, sp.cross_motion(v, vj)
+        vj = sv.subspace_times(S[i], qd[i])
+        v = sv.add(sv.inv_act_motion(*T[i], parent[0]), vj)
+        return sv.stage((v, sv.cross_motion(v, vj)))
 
-    vc = forward_pass(robot, visit_velocity, (zero, zero))
-    I_body = [sp.spatial_inertia(params.theta[i]) for i in range(robot.n)]
-    init = []
-    for i in range(robot.n):
+    vc = forward_pass(robot, visit_velocity, ((zero, zero), None))
+
+    def articulated_body(i):
+        body = sv.rigid_body(params.theta[i])
         v = vc[i][0]
-        bias = sp.cross_force(v, sp.inertia_apply(params.theta[i], v))
-        init.append((I_body[i], bias if f_ext is None else bias - f_ext[i]))
+        bias = sv.cross_force(v, sv.inertia_apply(body, v))
+        return sv.stage((sv.articulated(body), _minus(bias, _external(f_ext, i))))
 
     def visit_inertia(i, acc):
-        IA, pA = acc
-        U = IA @ S[i]
-        D = S[i] @ U
-        u = tau[i] - S[i] @ pA
-        Ia = IA - jnp.outer(U, U) / D
-        pa = pA + Ia @ vc[i][1] + U * (u / D)
-        X = sp.inv_act_motion(R[i], p[i], jnp.eye(6, dtype=dtype))  # parent -> child motion
-        return (U, D, u), (X.T @ Ia @ X, sp.act_force(R[i], p[i], pa))
+        (A, B, C), pA = acc
+        U = sv.articulated_times_subspace((A, B, C), S[i])
+        D = sv.subspace_dot(S[i], U)
+        u = tau[i] - sv.subspace_dot(S[i], pA)
+        D_inv = 1 / D
+        Ia = (
+            A - sv.outer(U[0], U[0]) * D_inv,
+            B - sv.outer(U[0], U[1]) * D_inv,
+            C - sv.outer(U[1], U[1]) * D_inv,
+        )
+        pa = sv.add(
+            sv.add(pA, sv.articulated_apply(Ia, vc[i][1])), (U[0] * (u * D_inv), U[1] * (u * D_inv))
+        )
+        to_parent = (sv.articulated_to_parent(*T[i], Ia), sv.act_force(*T[i], pa))
+        return sv.stage(((U, D, u), to_parent))
 
-    Udu = backward_pass(robot, visit_inertia, init)
+    Udu = backward_pass(robot, visit_inertia, [articulated_body(i) for i in range(robot.n)])
 
-    def visit_acceleration(i, a_parent):
+    def visit_acceleration(i, parent):
         U, D, u = Udu[i]
-        a = sp.inv_act_motion(R[i], p[i], a_parent) + vc[i][1]
-        qdd_i = (u - U @ a) / D
-        return a + S[i] * qdd_i, qdd_i
+        a = sv.add(sv.inv_act_motion(*T[i], parent[0]), vc[i][1])
+        qdd_i = (u - sv.pair_dot(U, a)) / D
+        return sv.stage((sv.add(a, sv.subspace_times(S[i], qdd_i)), qdd_i))
 
     a0 = _base_acceleration(robot, gravity, dtype)
-    out = forward_pass(robot, lambda i, parent: visit_acceleration(i, parent[0]), (a0, None))
+    out = forward_pass(robot, visit_acceleration, (a0, None))
     return jnp.stack([o[1] for o in out])
 
 
@@ -164,31 +187,31 @@ def crba(robot: Robot, q: jax.Array, *, params: RobotParams | None = None) -> ja
     """Joint-space mass matrix ``M(q)`` (n, n), symmetric, by the composite-rigid-body algorithm.
 
     Featherstone 2008, Table 6.2: composite inertias ``I^c_parent += X^T I^c_i X`` inwards (kept
-    as mass, first moment and 3x3 rotational inertia, see ``spatial.inertia_to_parent``), then
-    ``M_ij = s_j^T X_{j<-i}^* I^c_i s_i`` along each body's ancestors.
+    as mass, first moment and 3x3 rotational inertia, see ``spatial_pairs.inertia_to_parent``),
+    then ``M_ij = s_j^T X_{j<-i}^* I^c_i s_i`` along each body's ancestors.
 
     Raises:
         ValueError: q not of shape (n,).
     """
     check_state(robot, q=q)
     params, dtype = resolve(robot, params, q)
-    R, p = joint_transforms(robot, params, q)
-    S = [jnp.asarray(robot.motion_subspace(i), dtype=dtype) for i in range(robot.n)]
+    T = joint_transforms(robot, params, q, staged=True)
+    S = _subspaces(robot)
 
     def visit(i, Ic):
-        return Ic, sp.inertia_to_parent(R[i], p[i], *Ic)
+        return Ic, sv.stage(sv.inertia_to_parent(*T[i], Ic))
 
-    theta = params.theta
-    Ic = backward_pass(robot, visit, [(t[0], t[1:4], sp.rotational_inertia(t)) for t in theta])
+    bodies = [sv.rigid_body(t) for t in params.theta]
+    Ic = backward_pass(robot, visit, bodies)
     entries = {}
     for i in range(robot.n):
-        F = sp.inertia_apply_parts(*Ic[i], S[i])
-        entries[i, i] = S[i] @ F
+        F = sv.articulated_times_subspace(sv.articulated(Ic[i]), S[i])
+        entries[i, i] = sv.subspace_dot(S[i], F)
         j = i
         while robot.parents[j] >= 0:
-            F = sp.act_force(R[j], p[j], F)
+            F = sv.stage(sv.act_force(*T[j], F))
             j = robot.parents[j]
-            entries[i, j] = entries[j, i] = S[j] @ F
+            entries[i, j] = entries[j, i] = sv.subspace_dot(S[j], F)
     zero = jnp.zeros((), dtype)
     return jnp.stack(
         [jnp.stack([entries.get((i, j), zero) for j in range(robot.n)]) for i in range(robot.n)]
@@ -225,12 +248,10 @@ def forward_kinematics(
     """World poses of all bodies: R (n, 3, 3), p (n, 3) with ``x_world = R x_body + p``."""
     check_state(robot, q=q)
     params, _ = resolve(robot, params, q)
-    R, p = joint_transforms(robot, params, q)
+    T = joint_transforms(robot, params, q)
 
     def visit(i, parent):
-        if parent is None:
-            return R[i], p[i]
-        return sp.transform_compose(*parent, R[i], p[i])
+        return T[i] if parent is None else sp.transform_compose(*parent, *T[i])
 
     poses = forward_pass(robot, visit, None)
     return jnp.stack([P[0] for P in poses]), jnp.stack([P[1] for P in poses])
@@ -240,9 +261,10 @@ def kinetic_energy(robot: Robot, q: jax.Array, qd: jax.Array, *, params=None) ->
     """Kinetic energy ``1/2 sum_i v_i^T I_i v_i`` (scalar, J)."""
     check_state(robot, q=q, qd=qd)
     params, dtype = resolve(robot, params, q, qd)
-    zero = jnp.zeros(6, dtype)
-    _, _, _, va = _kinematics(robot, params, q, qd, jnp.zeros_like(qd), zero)
-    return 0.5 * sum(v @ sp.inertia_apply(params.theta[i], v) for i, (v, _) in enumerate(va))
+    zero = jnp.zeros(3, dtype)
+    _, _, va = _kinematics(robot, params, q, qd, jnp.zeros_like(qd), (zero, zero))
+    bodies = [sv.rigid_body(t) for t in params.theta]
+    return 0.5 * sum(sv.pair_dot(v, sv.inertia_apply(bodies[i], v)) for i, (v, _) in enumerate(va))
 
 
 def potential_energy(robot: Robot, q: jax.Array, *, params=None, gravity=None) -> jax.Array:

@@ -4,7 +4,8 @@
 order (docs/conventions.md). Built from body regressors as in the linear-parametrisation notes: the
 wrench of body j is ``f_j = A(v_j, a_j) theta_j``, carried to every ancestor i and projected on its
 motion subspace: ``Y[i, j] = s_i^T X*_{i<-j} A_j`` for j in the subtree of i. The transport is
-done on the (6, n) body Jacobians rather than on (6, 10) blocks: ``Y[i, j] = J_j[:, i]^T A_j``.
+done on the body Jacobians' columns rather than on (6, 10) blocks: ``Y[i, j] = J_j[:, i]^T A_j``,
+for each body j one (k, 6) x (6, 10) product over its k ancestors (``spatial_pairs.rows_times``).
 """
 
 from __future__ import annotations
@@ -12,27 +13,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from bayes_nea import spatial as sp
+from bayes_nea import spatial_pairs as sv
 from bayes_nea.dynamics import _base_acceleration, _kinematics, check_state
 from bayes_nea.robot import Robot, RobotParams
 from bayes_nea.tree import body_jacobians, resolve
-
-
-def _inertia_regressor(v: jax.Array) -> jax.Array:
-    """K(v) (6, 10) with ``I v = K(v) theta`` for a spatial inertia given by theta."""
-    vl, w = v[:3], v[3:]
-    z = jnp.zeros((), v.dtype)
-    wx, wy, wz = w[0], w[1], w[2]
-    L = jnp.stack(
-        [
-            jnp.stack([wx, wy, z, wz, z, z]),
-            jnp.stack([z, wx, wy, z, wz, z]),
-            jnp.stack([z, z, z, wx, wy, wz]),
-        ]
-    )
-    top = jnp.concatenate([vl[:, None], sp.skew(w), jnp.zeros((3, 6), v.dtype)], axis=1)
-    bottom = jnp.concatenate([jnp.zeros((3, 1), v.dtype), -sp.skew(vl), L], axis=1)
-    return jnp.concatenate([top, bottom], axis=0)
 
 
 def body_regressor(v: jax.Array, a: jax.Array) -> jax.Array:
@@ -41,8 +25,7 @@ def body_regressor(v: jax.Array, a: jax.Array) -> jax.Array:
     Args:
         v: (6,) body twist, a: (6,) body acceleration (gravity included as base acceleration).
     """
-    Kv = _inertia_regressor(v)
-    return _inertia_regressor(a) + sp.cross_force(v, Kv)
+    return sv.body_regressor((v[:3], v[3:]), (a[:3], a[3:]))
 
 
 def joint_torque_regressor(
@@ -65,9 +48,16 @@ def joint_torque_regressor(
     check_state(robot, q=q, qd=qd, qdd=qdd)
     params, dtype = resolve(robot, params, q, qd, qdd)
     n = robot.n
-    R, p, S, va = _kinematics(robot, params, q, qd, qdd, _base_acceleration(robot, gravity, dtype))
-
-    A = jnp.stack([body_regressor(v, a) for v, a in va])  # (n, 6, 10)
-    J = body_jacobians(robot, R, p, S)  # (n, 6, n)
-    # Y[i, block j] = s_i^T X*_{i<-j} A_j = (X_{j<-i} s_i)^T A_j = J_j[:, i]^T A_j
-    return jnp.einsum("jki,jkl->ijl", J, A).reshape(n, 10 * n)
+    T, S, va = _kinematics(robot, params, q, qd, qdd, _base_acceleration(robot, gravity, dtype))
+    J = body_jacobians(robot, T, S)
+    # Y[i, block j] = s_i^T X*_{i<-j} A_j = (X_{j<-i} s_i)^T A_j = J[j][i]^T A_j
+    zero = jnp.zeros(10, dtype)
+    blocks = {}
+    for j, (v, a) in enumerate(va):
+        A = sv.stage(sv.body_regressor(v, a))
+        ancestors = list(J[j])
+        X = jnp.stack([jnp.concatenate(J[j][i]) for i in ancestors])  # (k, 6)
+        Y_j = sv.stage(sv.rows_times(X, A))  # (k, 10)
+        blocks.update({(i, j): Y_j[r] for r, i in enumerate(ancestors)})
+    flat = [blocks.get((i, j), zero) for i in range(n) for j in range(n)]
+    return jnp.concatenate(flat).reshape(n, 10 * n)  # one pass over the output

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bayes_nea.robot import PRISMATIC, REVOLUTE, Robot, RobotParams
-from bayes_nea.spatial import inv_act_motion, rpy_to_matrix
+from bayes_nea import spatial_pairs as sv
+from bayes_nea.robot import Robot, RobotParams
 
 
 def resolve(robot: Robot, params: RobotParams | None, *arrays) -> tuple[RobotParams, Any]:
@@ -29,42 +29,21 @@ def resolve(robot: Robot, params: RobotParams | None, *arrays) -> tuple[RobotPar
     return params, dtype
 
 
-def placement_transforms(params: RobotParams) -> tuple[jax.Array, jax.Array]:
-    """Fixed placements ``T_O`` of all joints: R (n, 3, 3), p (n, 3) (DiffNEA eq. 4)."""
-    return jax.vmap(rpy_to_matrix)(params.rpy), params.xyz
-
-
 def joint_transforms(
-    robot: Robot, params: RobotParams, q: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """``T_{parent, i}(q) = T_O,i T_q,i(q_i)`` for all joints at once: R (n, 3, 3), p (n, 3).
+    robot: Robot, params: RobotParams, q: jax.Array, *, staged: bool = False
+) -> list[tuple[jax.Array, jax.Array]]:
+    """``T_{parent, i}(q) = T_O,i T_q,i(q_i)`` of every joint: a list of ``(R (3, 3), p (3,))``.
 
-    Revolute joints rotate about their axis (Rodrigues), prismatic joints translate along it.
+    ``T_O`` from the placement parameters (DiffNEA eq. 4), then the joint motion about / along its
+    static axis (``spatial_pairs.joint_transform``). ``staged``: each transform is one stage of
+    the compiled algorithm (``spatial_pairs.stage``), as the dynamics algorithms use them.
     """
-    R_O, p_O = placement_transforms(params)
-    axes = np.asarray(robot.axes, dtype=R_O.dtype)  # static (n, 3)
-    revolute = np.array([t == REVOLUTE for t in robot.joint_types])
-    prismatic = np.array([t == PRISMATIC for t in robot.joint_types])
-    angle = jnp.where(revolute, q, 0.0)
-    K = _skew_batch(axes)  # (n, 3, 3)
-    s, c = jnp.sin(angle)[:, None, None], jnp.cos(angle)[:, None, None]
-    R_q = jnp.eye(3, dtype=R_O.dtype)[None] + s * K + (1 - c) * (K @ K)
-    p_q = jnp.where(prismatic[:, None], axes * q[:, None], 0.0)
-    R = R_O @ R_q
-    p = p_O + jnp.einsum("nij,nj->ni", R_O, p_q)
-    return R, p
-
-
-def _skew_batch(a: np.ndarray) -> np.ndarray:
-    z = np.zeros(len(a), a.dtype)
-    return np.stack(
-        [
-            np.stack([z, -a[:, 2], a[:, 1]], -1),
-            np.stack([a[:, 2], z, -a[:, 0]], -1),
-            np.stack([-a[:, 1], a[:, 0], z], -1),
-        ],
-        axis=-2,
-    )
+    out = []
+    for i, (kind, axis) in enumerate(zip(robot.joint_types, robot.axes, strict=True)):
+        R_O = sv.rpy_matrix(params.rpy[i])
+        T = sv.joint_transform(kind, np.asarray(axis, dtype=float), R_O, params.xyz[i], q[i])
+        out.append(sv.stage(T) if staged else T)
+    return out
 
 
 def forward_pass(robot: Robot, visit: Callable[[int, Any], Any], base: Any) -> list[Any]:
@@ -96,20 +75,22 @@ def backward_pass(
     return out
 
 
-def body_jacobians(robot: Robot, R: jax.Array, p: jax.Array, S: list[jax.Array]) -> jax.Array:
-    """Body Jacobians J (n, 6, n): body i's twist in its own frame is ``v_i = J[i] @ qd``.
+def body_jacobians(robot: Robot, T: list, S: list[np.ndarray]) -> list[dict[int, Any]]:
+    """The non-zero columns of every body Jacobian: ``J[j][i] = X_{j<-i} s_i`` (a pair).
 
-    ``J_i = Ad_{T_{parent,i}^-1} J_parent + s_i e_i^T`` (one forward pass; column k is joint k's
-    motion subspace seen from body i, zero unless k is an ancestor of i).
+    Body j's twist in its own frame is ``v_j = sum_i J[j][i] qd_i`` over j and its ancestors i;
+    one forward pass, ``J_j = Ad_{T_{parent,j}^-1} J_parent + s_j e_j^T``. ``T``: the joint
+    transforms, ``S``: static motion subspaces (numpy (6,)).
     """
-    n = robot.n
-    unit = np.eye(n, dtype=R.dtype)
 
-    def visit(i, J_parent):
-        J = jnp.outer(S[i], unit[i])
-        return J if J_parent is None else J + inv_act_motion(R[i], p[i], J_parent)
+    def visit(j, J_parent):
+        s = S[j]
+        J = {j: (jnp.asarray(s[:3], T[j][1].dtype), jnp.asarray(s[3:], T[j][1].dtype))}
+        for i, x in (J_parent or {}).items():
+            J[i] = sv.inv_act_motion(*T[j], x)
+        return sv.stage(J)
 
-    return jnp.stack(forward_pass(robot, visit, None))
+    return forward_pass(robot, visit, None)
 
 
 def subtree_mask(robot: Robot) -> np.ndarray:
