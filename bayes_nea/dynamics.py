@@ -16,7 +16,7 @@ import numpy as np
 from bayes_nea import spatial as sp
 from bayes_nea import spatial_pairs as sv
 from bayes_nea.robot import Robot, RobotParams
-from bayes_nea.tree import backward_pass, forward_pass, joint_transforms, resolve
+from bayes_nea.tree import backward_pass, forward_pass, joint_transforms, resolve, traced_once
 
 
 def check_state(robot: Robot, **arrays) -> None:
@@ -76,6 +76,7 @@ def _kinematics(robot, params, q, qd, qdd, a0):
     return T, S, va
 
 
+@traced_once
 def rnea(
     robot: Robot,
     q: jax.Array,
@@ -113,6 +114,7 @@ def rnea(
     return jnp.stack(tau)
 
 
+@traced_once
 def aba(
     robot: Robot,
     q: jax.Array,
@@ -183,6 +185,7 @@ def aba(
     return jnp.stack([o[1] for o in out])
 
 
+@traced_once
 def crba(robot: Robot, q: jax.Array, *, params: RobotParams | None = None) -> jax.Array:
     """Joint-space mass matrix ``M(q)`` (n, n), symmetric, by the composite-rigid-body algorithm.
 

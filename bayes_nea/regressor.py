@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from bayes_nea import spatial_pairs as sv
 from bayes_nea.dynamics import _base_acceleration, _kinematics, check_state
 from bayes_nea.robot import Robot, RobotParams
-from bayes_nea.tree import body_jacobians, resolve
+from bayes_nea.tree import body_jacobians, resolve, traced_once
 
 
 def body_regressor(v: jax.Array, a: jax.Array) -> jax.Array:
@@ -28,6 +28,7 @@ def body_regressor(v: jax.Array, a: jax.Array) -> jax.Array:
     return sv.body_regressor((v[:3], v[3:]), (a[:3], a[3:]))
 
 
+@traced_once
 def joint_torque_regressor(
     robot: Robot,
     q: jax.Array,

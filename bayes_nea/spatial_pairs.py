@@ -81,26 +81,26 @@ def cross_matrix(p: Array, M: Array) -> Array:
 
 def static_mv(M: Array, a: np.ndarray) -> Array:
     """``M a`` for a static vector ``a`` (numpy (3,)); zero entries of ``a`` cost nothing."""
-    terms = [M[:, k] * a[k] for k in range(3) if a[k] != 0]
+    terms = [M[:, k] * float(a[k]) for k in range(3) if a[k] != 0]
     return sum(terms[1:], terms[0])
 
 
 def static_mtv(M: Array, a: np.ndarray) -> Array:
     """``M^T a`` for a static vector ``a`` (numpy (3,)); zero entries of ``a`` cost nothing."""
-    terms = [M[k] * a[k] for k in range(3) if a[k] != 0]
+    terms = [M[k] * float(a[k]) for k in range(3) if a[k] != 0]
     return sum(terms[1:], terms[0])
 
 
 def static_dot(v: Array, a: np.ndarray):
     """``a . v`` for a static vector ``a`` (numpy (3,)); ``0.0`` if ``a`` is zero."""
-    terms = [v[k] * a[k] for k in range(3) if a[k] != 0]
+    terms = [v[k] * float(a[k]) for k in range(3) if a[k] != 0]
     return sum(terms[1:], terms[0]) if terms else 0.0
 
 
 def static_scale(a: np.ndarray, x: Array) -> Array:
     """``a x`` (3,) for a static vector ``a`` (numpy (3,)) and a scalar ``x``."""
     zero = jnp.zeros_like(x)
-    return jnp.stack([x * a[k] if a[k] != 0 else zero for k in range(3)])
+    return jnp.stack([x * float(a[k]) if a[k] != 0 else zero for k in range(3)])
 
 
 def rpy_matrix(rpy: Array) -> Array:
@@ -129,7 +129,7 @@ def joint_transform(kind: str, axis: np.ndarray, R_O: Array, p_O: Array, q: Arra
     c, s = jnp.cos(q), jnp.sin(q)
     k = int(np.argmax(np.abs(axis)))
     if abs(axis[k]) == 1.0:
-        s = s * axis[k]  # rotation by -q about +e_k for the axis -e_k
+        s = s * float(axis[k])  # rotation by -q about +e_k for the axis -e_k
         i, j = (k + 1) % 3, (k + 2) % 3  # e_i x e_j = e_k
         cols = [None, None, None]
         cols[k] = R_O[:, k]
@@ -137,7 +137,8 @@ def joint_transform(kind: str, axis: np.ndarray, R_O: Array, p_O: Array, q: Arra
         cols[j] = R_O[:, j] * c - R_O[:, i] * s
         return jnp.stack(cols, axis=1), p_O
     K = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
-    R_q = jnp.eye(3, dtype=R_O.dtype) + s * K + (1 - c) * (K @ K)
+    K2 = jnp.asarray(K @ K, R_O.dtype)
+    R_q = jnp.eye(3, dtype=R_O.dtype) + s * jnp.asarray(K, R_O.dtype) + (1 - c) * K2
     return mm(R_O, R_q), p_O
 
 

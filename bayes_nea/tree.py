@@ -6,6 +6,7 @@ loop over joints that emits a fixed XLA graph: no gathers, no padding to a maxim
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,24 @@ import numpy as np
 
 from bayes_nea import spatial_pairs as sv
 from bayes_nea.robot import Robot, RobotParams
+
+
+def traced_once(algorithm: Callable) -> Callable:
+    """``algorithm(robot, ...)`` as a nested ``jax.jit`` with the robot static.
+
+    Inside a caller's ``jit``, ``grad`` or ``vmap`` JAX then traces (and lowers) the algorithm
+    once per robot, dtypes and shapes, and reuses it at every call site, e.g. the four forward
+    dynamics of an RK4 step; XLA inlines it, so the compiled program is the same. The element by
+    element algorithms are long jaxprs: this keeps their tracing cost off every call
+    (docs/dynamics-speed.md).
+    """
+    jitted = jax.jit(algorithm, static_argnums=0)
+
+    @functools.wraps(algorithm)
+    def call(robot, *args, **kwargs):
+        return jitted(robot, *args, **kwargs)
+
+    return call
 
 
 def resolve(robot: Robot, params: RobotParams | None, *arrays) -> tuple[RobotParams, Any]:
