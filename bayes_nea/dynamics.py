@@ -40,39 +40,45 @@ def _check_f_ext(robot: Robot, f_ext) -> None:
         )
 
 
-def _base_acceleration(robot: Robot, gravity, dtype) -> tuple[jax.Array, jax.Array]:
-    """The base's spatial acceleration ``(-g, 0)``: gravity enters every algorithm this way."""
-    g = jnp.asarray(robot.gravity if gravity is None else gravity, dtype=dtype)
-    return -g, jnp.zeros(3, dtype)
+def _base_acceleration(robot: Robot, gravity, dtype) -> sv.Pair:
+    """The base's spatial acceleration ``(-g, 0)``: gravity enters every algorithm this way.
+
+    The robot's own gravity is static (Python floats: its zero components cost nothing).
+    """
+    if gravity is None:
+        return tuple(-float(g) for g in robot.gravity), ZERO
+    return sv.vec(-jnp.asarray(gravity, dtype=dtype)), ZERO
 
 
-def _subspaces(robot: Robot) -> list[np.ndarray]:
-    """Static motion subspaces ``s_i`` (numpy (6,)), so that zero entries cost nothing."""
-    return [robot.motion_subspace(i) for i in range(robot.n)]
+ZERO = (0.0, 0.0, 0.0)
 
 
-def _external(f_ext, i: int):
-    return None if f_ext is None else (f_ext[i, :3], f_ext[i, 3:])
+def _subspaces(robot: Robot) -> list[sv.Pair]:
+    """Motion subspaces ``s_i`` as static lanes, so that their zero entries cost nothing."""
+    return [sv.subspace(robot.motion_subspace(i)) for i in range(robot.n)]
 
 
-def _minus(f, g):
-    return f if g is None else (f[0] - g[0], f[1] - g[1])
+def _external(f_ext, i: int) -> sv.Pair | None:
+    return None if f_ext is None else (sv.vec(f_ext[i, :3]), sv.vec(f_ext[i, 3:]))
+
+
+def _minus(f: sv.Pair, g: sv.Pair | None) -> sv.Pair:
+    return f if g is None else sv.psub(f, g)
 
 
 def _kinematics(robot, params, q, qd, qdd, a0):
     """Forward pass of RNEA: transforms, subspaces and body twists / accelerations (pairs)."""
     T = joint_transforms(robot, params, q, staged=True)
     S = _subspaces(robot)
-    zero = jnp.zeros(3, a0[0].dtype)
 
     def visit(i, parent):
         v_parent, a_parent = parent
-        vj = sv.subspace_times(S[i], qd[i])
-        v = sv.add(sv.inv_act_motion(*T[i], v_parent), vj)
-        a = sv.add(sv.inv_act_motion(*T[i], a_parent), sv.subspace_times(S[i], qdd[i]))
-        return sv.stage((v, sv.add(a, sv.cross_motion(v, vj))))
+        vj = sv.pscale(S[i], qd[i])
+        v = sv.padd(sv.inv_act_motion(*T[i], v_parent), vj)
+        a = sv.padd(sv.inv_act_motion(*T[i], a_parent), sv.pscale(S[i], qdd[i]))
+        return sv.stage((v, sv.padd(a, sv.cross_motion(v, vj))))
 
-    va = forward_pass(robot, visit, ((zero, zero), a0))
+    va = forward_pass(robot, visit, ((ZERO, ZERO), a0))
     return T, S, va
 
 
@@ -104,11 +110,11 @@ def rnea(
     def body_force(i):
         body = sv.rigid_body(params.theta[i])
         v, a = va[i]
-        f = sv.add(sv.inertia_apply(body, a), sv.cross_force(v, sv.inertia_apply(body, v)))
+        f = sv.padd(sv.inertia_apply(body, a), sv.cross_force(v, sv.inertia_apply(body, v)))
         return sv.stage(_minus(f, _external(f_ext, i)))
 
     def visit(i, f):
-        return sv.stage((sv.subspace_dot(S[i], f), sv.act_force(*T[i], f)))
+        return sv.stage((sv.pair_dot(S[i], f), sv.act_force(*T[i], f)))
 
     tau = backward_pass(robot, visit, [body_force(i) for i in range(robot.n)])
     return jnp.stack(tau)
@@ -140,14 +146,13 @@ def aba(
     params, dtype = resolve(robot, params, q, qd, tau)
     T = joint_transforms(robot, params, q, staged=True)
     S = _subspaces(robot)
-    zero = jnp.zeros(3, dtype)
 
     def visit_velocity(i, parent):
-        vj = sv.subspace_times(S[i], qd[i])
-        v = sv.add(sv.inv_act_motion(*T[i], parent[0]), vj)
+        vj = sv.pscale(S[i], qd[i])
+        v = sv.padd(sv.inv_act_motion(*T[i], parent[0]), vj)
         return sv.stage((v, sv.cross_motion(v, vj)))
 
-    vc = forward_pass(robot, visit_velocity, ((zero, zero), None))
+    vc = forward_pass(robot, visit_velocity, ((ZERO, ZERO), None))
 
     def articulated_body(i):
         body = sv.rigid_body(params.theta[i])
@@ -157,28 +162,25 @@ def aba(
 
     def visit_inertia(i, acc):
         (A, B, C), pA = acc
-        U = sv.articulated_times_subspace((A, B, C), S[i])
-        D = sv.subspace_dot(S[i], U)
-        u = tau[i] - sv.subspace_dot(S[i], pA)
-        D_inv = 1 / D
+        U = sv.articulated_apply((A, B, C), S[i])
+        D_inv = 1 / sv.pair_dot(S[i], U)
+        u = tau[i] - sv.pair_dot(S[i], pA)
         Ia = (
-            A - sv.outer(U[0], U[0]) * D_inv,
-            B - sv.outer(U[0], U[1]) * D_inv,
-            C - sv.outer(U[1], U[1]) * D_inv,
+            sv.msub(A, sv.mscale(sv.outer(U[0], U[0]), D_inv)),
+            sv.msub(B, sv.mscale(sv.outer(U[0], U[1]), D_inv)),
+            sv.msub(C, sv.mscale(sv.outer(U[1], U[1]), D_inv)),
         )
-        pa = sv.add(
-            sv.add(pA, sv.articulated_apply(Ia, vc[i][1])), (U[0] * (u * D_inv), U[1] * (u * D_inv))
-        )
+        pa = sv.padd(sv.padd(pA, sv.articulated_apply(Ia, vc[i][1])), sv.pscale(U, u * D_inv))
         to_parent = (sv.articulated_to_parent(*T[i], Ia), sv.act_force(*T[i], pa))
-        return sv.stage(((U, D, u), to_parent))
+        return sv.stage(((U, D_inv, u), to_parent))
 
     Udu = backward_pass(robot, visit_inertia, [articulated_body(i) for i in range(robot.n)])
 
     def visit_acceleration(i, parent):
-        U, D, u = Udu[i]
-        a = sv.add(sv.inv_act_motion(*T[i], parent[0]), vc[i][1])
-        qdd_i = (u - sv.pair_dot(U, a)) / D
-        return sv.stage((sv.add(a, sv.subspace_times(S[i], qdd_i)), qdd_i))
+        U, D_inv, u = Udu[i]
+        a = sv.padd(sv.inv_act_motion(*T[i], parent[0]), vc[i][1])
+        qdd_i = (u - sv.pair_dot(U, a)) * D_inv
+        return sv.stage((sv.padd(a, sv.pscale(S[i], qdd_i)), qdd_i))
 
     a0 = _base_acceleration(robot, gravity, dtype)
     out = forward_pass(robot, visit_acceleration, (a0, None))
@@ -208,16 +210,19 @@ def crba(robot: Robot, q: jax.Array, *, params: RobotParams | None = None) -> ja
     Ic = backward_pass(robot, visit, bodies)
     entries = {}
     for i in range(robot.n):
-        F = sv.articulated_times_subspace(sv.articulated(Ic[i]), S[i])
-        entries[i, i] = sv.subspace_dot(S[i], F)
+        F = sv.articulated_apply(sv.articulated(Ic[i]), S[i])
+        entries[i, i] = sv.pair_dot(S[i], F)
         j = i
         while robot.parents[j] >= 0:
             F = sv.stage(sv.act_force(*T[j], F))
             j = robot.parents[j]
-            entries[i, j] = entries[j, i] = sv.subspace_dot(S[j], F)
+            entries[i, j] = entries[j, i] = sv.pair_dot(S[j], F)
     zero = jnp.zeros((), dtype)
     return jnp.stack(
-        [jnp.stack([entries.get((i, j), zero) for j in range(robot.n)]) for i in range(robot.n)]
+        [
+            jnp.stack([jnp.asarray(entries.get((i, j), zero), dtype) for j in range(robot.n)])
+            for i in range(robot.n)
+        ]
     )
 
 
@@ -251,7 +256,7 @@ def forward_kinematics(
     """World poses of all bodies: R (n, 3, 3), p (n, 3) with ``x_world = R x_body + p``."""
     check_state(robot, q=q)
     params, _ = resolve(robot, params, q)
-    T = joint_transforms(robot, params, q)
+    T = [(sv.array(R), sv.array(p)) for R, p in joint_transforms(robot, params, q)]
 
     def visit(i, parent):
         return T[i] if parent is None else sp.transform_compose(*parent, *T[i])
@@ -264,8 +269,7 @@ def kinetic_energy(robot: Robot, q: jax.Array, qd: jax.Array, *, params=None) ->
     """Kinetic energy ``1/2 sum_i v_i^T I_i v_i`` (scalar, J)."""
     check_state(robot, q=q, qd=qd)
     params, dtype = resolve(robot, params, q, qd)
-    zero = jnp.zeros(3, dtype)
-    _, _, va = _kinematics(robot, params, q, qd, jnp.zeros_like(qd), (zero, zero))
+    _, _, va = _kinematics(robot, params, q, qd, jnp.zeros_like(qd), (ZERO, ZERO))
     bodies = [sv.rigid_body(t) for t in params.theta]
     return 0.5 * sum(sv.pair_dot(v, sv.inertia_apply(bodies[i], v)) for i, (v, _) in enumerate(va))
 

@@ -25,7 +25,13 @@ def body_regressor(v: jax.Array, a: jax.Array) -> jax.Array:
     Args:
         v: (6,) body twist, a: (6,) body acceleration (gravity included as base acceleration).
     """
-    return sv.body_regressor((v[:3], v[3:]), (a[:3], a[3:]))
+    rows = sv.body_regressor((sv.vec(v[:3]), sv.vec(v[3:])), (sv.vec(a[:3]), sv.vec(a[3:])))
+    return jnp.stack([sv.array(row, jnp.result_type(v, a)) for row in rows])
+
+
+def rows_times(X: jax.Array, A: jax.Array) -> jax.Array:
+    """``X A`` for ``X`` (k, 6) and ``A`` (6, m), as six multiply-adds of rows (no dot)."""
+    return sum(X[:, r : r + 1] * A[r : r + 1, :] for r in range(1, 6)) + X[:, 0:1] * A[0:1, :]
 
 
 @traced_once
@@ -55,10 +61,10 @@ def joint_torque_regressor(
     zero = jnp.zeros(10, dtype)
     blocks = {}
     for j, (v, a) in enumerate(va):
-        A = sv.stage(sv.body_regressor(v, a))
+        A = jnp.stack([sv.array(row, dtype) for row in sv.stage(sv.body_regressor(v, a))])
         ancestors = list(J[j])
-        X = jnp.stack([jnp.concatenate(J[j][i]) for i in ancestors])  # (k, 6)
-        Y_j = sv.stage(sv.rows_times(X, A))  # (k, 10)
+        X = jnp.stack([sv.array((*J[j][i][0], *J[j][i][1]), dtype) for i in ancestors])  # (k, 6)
+        Y_j = sv.stage(rows_times(X, A))  # (k, 10)
         blocks.update({(i, j): Y_j[r] for r, i in enumerate(ancestors)})
     flat = [blocks.get((i, j), zero) for i in range(n) for j in range(n)]
     return jnp.concatenate(flat).reshape(n, 10 * n)  # one pass over the output

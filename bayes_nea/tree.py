@@ -51,7 +51,7 @@ def resolve(robot: Robot, params: RobotParams | None, *arrays) -> tuple[RobotPar
 def joint_transforms(
     robot: Robot, params: RobotParams, q: jax.Array, *, staged: bool = False
 ) -> list[tuple[jax.Array, jax.Array]]:
-    """``T_{parent, i}(q) = T_O,i T_q,i(q_i)`` of every joint: a list of ``(R (3, 3), p (3,))``.
+    """``T_{parent, i}(q) = T_O,i T_q,i(q_i)`` of every joint: a list of ``(R, p)`` in lanes.
 
     ``T_O`` from the placement parameters (DiffNEA eq. 4), then the joint motion about / along its
     static axis (``spatial_pairs.joint_transform``). ``staged``: each transform is one stage of
@@ -59,8 +59,8 @@ def joint_transforms(
     """
     out = []
     for i, (kind, axis) in enumerate(zip(robot.joint_types, robot.axes, strict=True)):
-        R_O = sv.rpy_matrix(params.rpy[i])
-        T = sv.joint_transform(kind, np.asarray(axis, dtype=float), R_O, params.xyz[i], q[i])
+        R_O, p_O = sv.rpy_matrix(params.rpy[i]), sv.vec(params.xyz[i])
+        T = sv.joint_transform(kind, np.asarray(axis, dtype=float), R_O, p_O, q[i])
         out.append(sv.stage(T) if staged else T)
     return out
 
@@ -94,17 +94,16 @@ def backward_pass(
     return out
 
 
-def body_jacobians(robot: Robot, T: list, S: list[np.ndarray]) -> list[dict[int, Any]]:
+def body_jacobians(robot: Robot, T: list, S: list) -> list[dict[int, Any]]:
     """The non-zero columns of every body Jacobian: ``J[j][i] = X_{j<-i} s_i`` (a pair).
 
     Body j's twist in its own frame is ``v_j = sum_i J[j][i] qd_i`` over j and its ancestors i;
     one forward pass, ``J_j = Ad_{T_{parent,j}^-1} J_parent + s_j e_j^T``. ``T``: the joint
-    transforms, ``S``: static motion subspaces (numpy (6,)).
+    transforms, ``S``: motion subspaces (pairs of static lanes).
     """
 
     def visit(j, J_parent):
-        s = S[j]
-        J = {j: (jnp.asarray(s[:3], T[j][1].dtype), jnp.asarray(s[3:], T[j][1].dtype))}
+        J = {j: S[j]}
         for i, x in (J_parent or {}).items():
             J[i] = sv.inv_act_motion(*T[j], x)
         return sv.stage(J)
