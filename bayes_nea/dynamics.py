@@ -171,6 +171,7 @@ def aba(
             sv.msub(C, sv.mscale(sv.outer(U[1], U[1]), D_inv)),
         )
         pa = sv.padd(sv.padd(pA, sv.articulated_apply(Ia, vc[i][1])), sv.pscale(U, u * D_inv))
+        Ia, pa = sv.stage((Ia, pa))
         to_parent = (sv.articulated_to_parent(*T[i], Ia), sv.act_force(*T[i], pa))
         return sv.stage(((U, D_inv, u), to_parent))
 

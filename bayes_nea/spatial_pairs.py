@@ -321,7 +321,7 @@ def articulated_to_parent(R: Mat, p: Vec, blocks):
     C' + S B' - B'^T S - S A' S)``, written with ``S M`` as column-wise cross products.
     """
     A, B, C = blocks
-    A_r, B_r, C_r = (mmt(mm(R, M), R) for M in (A, B, C))
+    A_r, B_r, C_r = stage(tuple(mmt(stage(mm(R, M)), R) for M in (A, B, C)))
     SA = cross_matrix(p, A_r)  # S A'; A' S = -(S A')^T as A' is symmetric
     SB = cross_matrix(p, B_r)
     SAt = transpose(SA)
