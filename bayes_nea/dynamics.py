@@ -256,8 +256,8 @@ def forward_kinematics(
 ) -> tuple[jax.Array, jax.Array]:
     """World poses of all bodies: R (n, 3, 3), p (n, 3) with ``x_world = R x_body + p``."""
     check_state(robot, q=q)
-    params, _ = resolve(robot, params, q)
-    T = [(sv.array(R), sv.array(p)) for R, p in joint_transforms(robot, params, q)]
+    params, dtype = resolve(robot, params, q)
+    T = [(sv.array(R, dtype), sv.array(p, dtype)) for R, p in joint_transforms(robot, params, q)]
 
     def visit(i, parent):
         return T[i] if parent is None else sp.transform_compose(*parent, *T[i])

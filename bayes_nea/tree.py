@@ -40,12 +40,13 @@ def resolve(robot: Robot, params: RobotParams | None, *arrays) -> tuple[RobotPar
     """The parameters to use and the floating dtype of the state ``arrays``.
 
     ``params=None`` means the robot's nominal parameters, cast to the state's dtype so that float32
-    states give float32 results.
+    states give float32 results. Given parameters become JAX arrays (numpy entries would otherwise
+    pass for the static constants of ``spatial_pairs``).
     """
     dtype = jnp.result_type(float, *arrays)
     if params is None:
-        params = robot.nominal.astype(dtype)
-    return params, dtype
+        return robot.nominal.astype(dtype), dtype
+    return RobotParams(*(jnp.asarray(x) for x in params)), dtype
 
 
 def joint_transforms(

@@ -2,7 +2,10 @@
 
 Prints microseconds per sample for ``rnea``, ``aba``, ``crba`` and the joint-torque regressor:
 jit + vmap over N states, a single jitted call, and Pinocchio's single call (a Python loop over
-the same states, so it includes the binding's call overhead), plus jit compile times.
+the same states, so it includes the binding's call overhead), plus jit compile times, the batched
+gradient of a summed squared output with respect to all robot parameters (the shape of an SVI
+step, 2,500 states) and the size of the batched compiled graph (fusions, i.e. kernels). The first row is a
+trivial jitted function called the same way: the floor of any single call from numpy arguments.
 
     python benchmarks/dynamics.py [--samples 10000] [--repeats 5]
 """
@@ -38,6 +41,24 @@ def best_time(fn, repeats: int) -> float:
     return best
 
 
+def gradient_cost(robot, fn, inputs, repeats: int, states: int = 2500) -> tuple[float, float]:
+    """(us per state, compile s) of the gradient of ``sum(vmap(fn)(states)^2)`` with respect to
+    all of ``RobotParams`` (inertial and kinematic), on ``states`` states."""
+    params = robot.params(np.float64)
+    head = tuple(x[:states] for x in inputs)
+
+    def loss(p):
+        out = jax.vmap(lambda *x: fn(*x, params=p))(*head)
+        return (out**2).sum()
+
+    grad = jax.jit(jax.grad(loss))
+    start = time.perf_counter()
+    jax.block_until_ready(grad(params))
+    compile_s = time.perf_counter() - start
+    best = best_time(lambda: grad(params), repeats)
+    return best / len(head[0]) * 1e6, compile_s
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=10_000)
@@ -60,18 +81,22 @@ def main() -> None:
 
     algorithms = {
         "rnea": (
-            lambda a, b, c: bn.rnea(robot, a, b, c),
+            lambda a, b, c, params=None: bn.rnea(robot, a, b, c, params=params),
             (q, qd, qdd),
             lambda k: pin.rnea(model, data, q[k], qd[k], qdd[k]),
         ),
         "aba": (
-            lambda a, b, c: bn.aba(robot, a, b, c),
+            lambda a, b, c, params=None: bn.aba(robot, a, b, c, params=params),
             (q, qd, tau),
             lambda k: pin.aba(model, data, q[k], qd[k], tau[k]),
         ),
-        "crba": (lambda a: bn.crba(robot, a), (q,), lambda k: pin.crba(model, data, q[k])),
+        "crba": (
+            lambda a, params=None: bn.crba(robot, a, params=params),
+            (q,),
+            lambda k: pin.crba(model, data, q[k]),
+        ),
         "regressor": (
-            lambda a, b, c: bn.joint_torque_regressor(robot, a, b, c),
+            lambda a, b, c, params=None: bn.joint_torque_regressor(robot, a, b, c, params=params),
             (q, qd, qdd),
             lambda k: pin.computeJointTorqueRegressor(model, data, q[k], qd[k], qdd[k]),
         ),
@@ -82,10 +107,18 @@ def main() -> None:
     )
     header = (
         f"{'algorithm':<10} {'batched us/sample':>18} {'single jit us':>14} {'pinocchio us':>13} "
-        f"{'batched/pin':>12} {'compile s (batch, single)':>26}"
+        f"{'batched/pin':>12} {'compile s (batch, single)':>26} {'grad us/sample':>15} "
+        f"{'grad compile s':>15} {'fusions':>8}"
     )
     print(header)
     print("-" * len(header))
+    trivial = jax.jit(lambda a, b, c: a + b + c)
+    jax.block_until_ready(trivial(q[0], qd[0], qdd[0]))
+    start = time.perf_counter()
+    for k in range(2000):
+        out = trivial(q[k], qd[k], qdd[k])
+    jax.block_until_ready(out)
+    print(f"{'(trivial)':<10} {'':>18} {(time.perf_counter() - start) / 2000 * 1e6:>14.1f}")
     for name, (fn, inputs, pin_call) in algorithms.items():
         batched = jax.jit(jax.vmap(fn))
         start = time.perf_counter()
@@ -115,9 +148,12 @@ def main() -> None:
             for k in range(N):
                 pin_call(k)
             t_pin = min(t_pin, (time.perf_counter() - start) / N * 1e6)
+        fusions = batched.lower(*inputs).compile().as_text().count(" fusion(")
+        t_grad, compile_grad = gradient_cost(robot, fn, inputs, args.repeats)
         print(
             f"{name:<10} {t_batch:>18.2f} {t_single:>14.1f} {t_pin:>13.2f} {t_batch / t_pin:>12.2f} "
-            f"{compile_batched:>12.2f}, {compile_single:>5.2f}"
+            f"{compile_batched:>12.2f}, {compile_single:>5.2f} {t_grad:>15.2f} {compile_grad:>15.2f} "
+            f"{fusions:>8d}"
         )
 
 
