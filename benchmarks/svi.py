@@ -16,15 +16,22 @@ The main job's cart-pole trajectories (30 s at 250 Hz, the first ``--samples`` t
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
-import jax
-import numpy as np
-from numpyro.infer.util import potential_energy
+# benchmarks/inference.py is named like the package: import the package, not that script.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
 
-from data import generate_dataset
-from inference import fit_svi
-from models import build_model, data_scales, model_data
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from numpyro.infer.util import potential_energy  # noqa: E402
+
+from data import generate_dataset  # noqa: E402
+from inference import fit_svi  # noqa: E402
+from models import build_model, data_scales, model_data  # noqa: E402
 
 
 def gradient_cost(model, data, repeats: int) -> tuple[float, float, int]:
