@@ -4,10 +4,10 @@ Motion vectors (twists, accelerations) are ``[linear; angular]`` (6,), force vec
 are ``[force; torque]`` (6,). A rigid transform is the pair ``(R, p)`` of ``T_parent_child``:
 ``x_parent = R x_child + p``. The 6x6 operators of the DiffNEA paper (``Ad_T``, ``Ad_T^*``,
 ``ad_v``, ``ad_v^*``) are given as matrices for clarity and tests; the dynamics algorithms apply
-them blockwise (``act_*``), the same algebra with a fraction of the flops.
+them component by component (``bayes_nea.spatial_pairs``), the same algebra with a fraction of
+the flops.
 
-Every function here takes one sample; batch with ``jax.vmap``. The blockwise actions also accept
-``(6, k)`` stacks of vectors (columns), which the regressor uses.
+Every function here takes one sample; batch with ``jax.vmap``.
 """
 
 from __future__ import annotations
@@ -148,75 +148,3 @@ def theta_from_com(mass: Array, com: Array, inertia_com: Array) -> Array:
     S = skew(com)
     I = inertia_com + mass * S.T @ S
     return jnp.stack([mass, *(mass * com), I[0, 0], I[0, 1], I[1, 1], I[0, 2], I[1, 2], I[2, 2]])
-
-
-# --- blockwise actions (no 6x6 matrices); v may be (6,) or (6, k) -------------------------
-
-
-def _cross(a: Array, b: Array) -> Array:
-    """Cross product of 3-vectors stored along axis 0 (``b`` may be (3,) or (3, k))."""
-    if b.ndim == 1:
-        return jnp.cross(a, b)
-    return jnp.cross(a[:, None] if a.ndim == 1 else a, b, axis=0)
-
-
-def act_motion(R: Array, p: Array, v: Array) -> Array:
-    """``Ad_T v``: twist child -> parent. ``[R v + p x R w; R w]``."""
-    w = R @ v[3:]
-    return jnp.concatenate([R @ v[:3] + _cross(p, w), w], axis=0)
-
-
-def inv_act_motion(R: Array, p: Array, v: Array) -> Array:
-    """``Ad_{T^-1} v``: twist parent -> child. ``[R^T (v - p x w); R^T w]``."""
-    return jnp.concatenate([R.T @ (v[:3] - _cross(p, v[3:])), R.T @ v[3:]], axis=0)
-
-
-def act_force(R: Array, p: Array, f: Array) -> Array:
-    """``Ad_T^* f``: wrench child -> parent. ``[R f; R n + p x R f]``."""
-    fp = R @ f[:3]
-    return jnp.concatenate([fp, R @ f[3:] + _cross(p, fp)], axis=0)
-
-
-def inv_act_force(R: Array, p: Array, f: Array) -> Array:
-    """``Ad_{T^-1}^* f``: wrench parent -> child. ``[R^T f; R^T (n - p x f)]``."""
-    return jnp.concatenate([R.T @ f[:3], R.T @ (f[3:] - _cross(p, f[:3]))], axis=0)
-
-
-def cross_motion(v: Array, m: Array) -> Array:
-    """``v x m`` for twists: ``[w x m_lin + v_lin x m_ang; w x m_ang]``."""
-    return jnp.concatenate(
-        [_cross(v[3:], m[:3]) + _cross(v[:3], m[3:]), _cross(v[3:], m[3:])], axis=0
-    )
-
-
-def cross_force(v: Array, f: Array) -> Array:
-    """``v x* f`` for a twist and a wrench: ``[w x f; v_lin x f + w x n]``."""
-    return jnp.concatenate(
-        [_cross(v[3:], f[:3]), _cross(v[:3], f[:3]) + _cross(v[3:], f[3:])], axis=0
-    )
-
-
-def inertia_apply(theta: Array, v: Array) -> Array:
-    """``I v`` for a spatial inertia given by theta (10,): ``[m v - h x w; h x v + I_rot w]``."""
-    return inertia_apply_parts(theta[0], theta[1:4], rotational_inertia(theta), v)
-
-
-def inertia_to_parent(
-    R: Array, p: Array, m: Array, h: Array, I: Array
-) -> tuple[Array, Array, Array]:
-    """A rigid-body inertia ``(m, h, I)`` in a child frame, expressed in the parent frame.
-
-    ``T = (R, p)`` maps child to parent coordinates; ``h`` (3,) is the first moment and ``I``
-    (3, 3) the rotational inertia about the child origin. Returns ``(m, R h + m p, I')`` with
-    ``I' = R I R^T - S(p) S(R h) - S(R h) S(p) - m S(p) S(p)`` (parallel axis from the child origin
-    to the parent origin); the same as ``X^T I X`` with 6x6 matrices at a fraction of the cost.
-    """
-    Rh = R @ h
-    Sp, Sh = skew(p), skew(Rh)
-    return m, Rh + m * p, R @ I @ R.T - Sp @ Sh - Sh @ Sp - m * (Sp @ Sp)
-
-
-def inertia_apply_parts(m: Array, h: Array, I: Array, v: Array) -> Array:
-    """``I v`` for a spatial inertia given as ``(m, h, I)``: ``[m v - h x w; h x v + I w]``."""
-    vl, w = v[:3], v[3:]
-    return jnp.concatenate([m * vl - jnp.cross(h, w), jnp.cross(h, vl) + I @ w])

@@ -6,7 +6,9 @@ import numpy as np
 import pinocchio as pin
 import pytest
 
+import bayes_nea as bn
 from bayes_nea import spatial as sp
+from bayes_nea import spatial_pairs as sv
 
 
 @pytest.fixture(scope="module")
@@ -56,45 +58,98 @@ def test_adjoints_match_pinocchio(rng):
     np.testing.assert_allclose(sp.homogeneous(Ri, pi_), M.inverse().homogeneous, atol=1e-14)
 
 
-def test_blockwise_actions_equal_matrices(rng):
+def pair(v):
+    """(6,) -> (linear, angular) lanes of spatial_pairs."""
+    return sv.vec(jnp.asarray(v[:3])), sv.vec(jnp.asarray(v[3:]))
+
+
+def flat32(u):
+    return jnp.concatenate([sv.array(u[0]), sv.array(u[1])])
+
+
+def flat(u):
+    return np.concatenate([np.asarray(sv.array(u[0], jnp.float64)), sv.array(u[1], jnp.float64)])
+
+
+def lanes(M):
+    return sv.mat(jnp.asarray(M))
+
+
+def test_pair_actions_match_pinocchio(rng):
     R, p = random_transform(rng)
     v = rng.normal(size=6)
     M = pin.SE3(R, p)
-    np.testing.assert_allclose(sp.act_motion(R, p, v), M.act(pin.Motion(v)).vector, atol=1e-14)
+    Rl, pl = lanes(R), sv.vec(jnp.asarray(p))
     np.testing.assert_allclose(
-        sp.inv_act_motion(R, p, v), M.actInv(pin.Motion(v)).vector, atol=1e-14
+        flat(sv.inv_act_motion(Rl, pl, pair(v))), M.actInv(pin.Motion(v)).vector, atol=1e-14
     )
-    np.testing.assert_allclose(sp.act_force(R, p, v), M.act(pin.Force(v)).vector, atol=1e-14)
-    np.testing.assert_allclose(sp.inv_act_force(R, p, v), M.actInv(pin.Force(v)).vector, atol=1e-14)
-    stack = rng.normal(size=(6, 4))  # (6, k) column stacks act column by column
-    np.testing.assert_allclose(sp.act_force(R, p, stack), sp.coadjoint(R, p) @ stack, atol=1e-14)
+    np.testing.assert_allclose(
+        flat(sv.act_force(Rl, pl, pair(v))), M.act(pin.Force(v)).vector, atol=1e-14
+    )
 
 
-def test_cross_products_match_pinocchio(rng):
+def test_pair_cross_products_match_pinocchio(rng):
     v, m = rng.normal(size=(2, 6))
     np.testing.assert_allclose(
-        sp.cross_motion(v, m), pin.Motion(v).cross(pin.Motion(m)).vector, atol=1e-14
+        flat(sv.cross_motion(pair(v), pair(m))),
+        pin.Motion(v).cross(pin.Motion(m)).vector,
+        atol=1e-14,
     )
     np.testing.assert_allclose(
-        sp.cross_force(v, m), pin.Motion(v).cross(pin.Force(m)).vector, atol=1e-14
+        flat(sv.cross_force(pair(v), pair(m))), pin.Motion(v).cross(pin.Force(m)).vector, atol=1e-14
     )
-    np.testing.assert_allclose(sp.motion_cross_matrix(v) @ m, sp.cross_motion(v, m), atol=1e-14)
-    np.testing.assert_allclose(sp.force_cross_matrix(v) @ m, sp.cross_force(v, m), atol=1e-14)
+    np.testing.assert_allclose(
+        sp.motion_cross_matrix(v) @ m, flat(sv.cross_motion(pair(v), pair(m)))
+    )
+    np.testing.assert_allclose(sp.force_cross_matrix(v) @ m, flat(sv.cross_force(pair(v), pair(m))))
 
 
-def test_spatial_inertia_matches_pinocchio(rng):
+def test_pair_inertias_match_pinocchio_and_the_6x6_transform(rng):
     inertia = pin.Inertia.Random()
     theta = inertia.toDynamicParameters()
-    np.testing.assert_allclose(sp.spatial_inertia(theta), inertia.matrix(), atol=1e-14)
+    body = sv.rigid_body(jnp.asarray(theta))
     v = rng.normal(size=6)
-    np.testing.assert_allclose(sp.inertia_apply(theta, v), inertia.matrix() @ v, atol=1e-14)
-    built = sp.theta_from_com(inertia.mass, inertia.lever, inertia.inertia)
-    np.testing.assert_allclose(built, theta, atol=1e-14)
+    np.testing.assert_allclose(
+        flat(sv.inertia_apply(body, pair(v))), inertia.matrix() @ v, atol=1e-13
+    )
+    # X^T I X with X the parent -> child motion transform, against Pinocchio's SE3 action
+    R, p = random_transform(rng)
+    Rl, pl = lanes(R), sv.vec(jnp.asarray(p))
+    X = pin.SE3(R, p).inverse().action
+    m, h, I = sv.inertia_to_parent(Rl, pl, body)
+    parent = pin.SE3(R, p).act(inertia)
+    np.testing.assert_allclose(float(m), parent.mass, rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(sv.array(h)), parent.mass * parent.lever, atol=1e-12)
+    expected = X.T @ inertia.matrix() @ X
+    np.testing.assert_allclose(np.asarray(sv.array(I)), expected[3:, 3:], atol=1e-12)
+    # an articulated inertia (any symmetric 6x6) carried to the parent blockwise
+    G = rng.normal(size=(6, 6))
+    Ia = G @ G.T
+    blocks = (lanes(Ia[:3, :3]), lanes(Ia[:3, 3:]), lanes(Ia[3:, 3:]))
+    A, B, C = (np.asarray(sv.array(b)) for b in sv.articulated_to_parent(Rl, pl, blocks))
+    np.testing.assert_allclose(np.block([[A, B], [B.T, C]]), X.T @ Ia @ X, atol=1e-12)
+
+
+def test_body_regressor_matches_pinocchio(rng):
+    v, a = rng.normal(size=(2, 6))
+    expected = pin.bodyRegressor(pin.Motion(v), pin.Motion(a))
+    np.testing.assert_allclose(
+        bn.body_regressor(jnp.asarray(v), jnp.asarray(a)), expected, atol=1e-13
+    )
+
+
+def test_static_zeros_are_folded_while_tracing():
+    s = sv.subspace(np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1.0]))
+    assert s == ((0.0, 0.0, 0.0), (0.0, 0.0, 1.0))
+    x = jnp.float64(2.0)
+    scaled = sv.pscale(s, x)
+    assert scaled[0] == (0.0, 0.0, 0.0) and scaled[1][:2] == (0.0, 0.0)
+    assert scaled[1][2] is x  # times a static one: the same value, no operation
 
 
 def test_float32_and_jit(rng):
     R, p = (jnp.asarray(x, jnp.float32) for x in random_transform(rng))
     v = jnp.asarray(rng.normal(size=6), jnp.float32)
-    out = jax.jit(sp.act_motion)(R, p, v)
+    out = jax.jit(lambda R, p, v: flat32(sv.inv_act_motion(sv.mat(R), sv.vec(p), pair(v))))(R, p, v)
     assert out.dtype == jnp.float32
     assert sp.rpy_to_matrix(jnp.zeros(3, jnp.float32)).dtype == jnp.float32
