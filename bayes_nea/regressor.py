@@ -5,7 +5,7 @@ order (docs/conventions.md). Built from body regressors as in the linear-paramet
 wrench of body j is ``f_j = A(v_j, a_j) theta_j``, carried to every ancestor i and projected on its
 motion subspace: ``Y[i, j] = s_i^T X*_{i<-j} A_j`` for j in the subtree of i. The transport is
 done on the body Jacobians' columns rather than on (6, 10) blocks: ``Y[i, j] = J_j[:, i]^T A_j``,
-for each body j one (k, 6) x (6, 10) product over its k ancestors (``spatial_pairs.rows_times``).
+for each body j one (k, 6) x (6, 10) product over its k ancestors (:func:`rows_times`).
 """
 
 from __future__ import annotations
