@@ -40,6 +40,9 @@ def _check_f_ext(robot: Robot, f_ext) -> None:
         )
 
 
+ZERO = (0.0, 0.0, 0.0)
+
+
 def _base_acceleration(robot: Robot, gravity, dtype) -> sv.Pair:
     """The base's spatial acceleration ``(-g, 0)``: gravity enters every algorithm this way.
 
@@ -48,9 +51,6 @@ def _base_acceleration(robot: Robot, gravity, dtype) -> sv.Pair:
     if gravity is None:
         return tuple(-float(g) for g in robot.gravity), ZERO
     return sv.vec(-jnp.asarray(gravity, dtype=dtype)), ZERO
-
-
-ZERO = (0.0, 0.0, 0.0)
 
 
 def _subspaces(robot: Robot) -> list[sv.Pair]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from bayes_nea import spatial_pairs
+
 Array = jnp.ndarray
 
 # Order of the 10 inertial parameters (Pinocchio's ``Inertia.toDynamicParameters``).
@@ -55,9 +57,11 @@ def rot_z(a: Array) -> Array:
 
 
 def rpy_to_matrix(rpy: Array) -> Array:
-    """``R = Rz(yaw) Ry(pitch) Rx(roll)`` (URDF; DiffNEA appendix eq. 4). rpy: (3,) -> (3, 3)."""
-    rpy = jnp.asarray(rpy)
-    return rot_z(rpy[2]) @ rot_y(rpy[1]) @ rot_x(rpy[0])
+    """``R = Rz(yaw) Ry(pitch) Rx(roll)`` (URDF; DiffNEA appendix eq. 4). rpy: (3,) -> (3, 3).
+
+    The closed form of ``spatial_pairs.rpy_matrix``, as an array.
+    """
+    return spatial_pairs.array(spatial_pairs.rpy_matrix(jnp.asarray(rpy)))
 
 
 def matrix_to_rpy(R: Array) -> Array:
@@ -122,11 +126,9 @@ def force_cross_matrix(v: Array) -> Array:
 
 
 def rotational_inertia(theta: Array) -> Array:
-    """Rotational inertia about the body origin (3, 3) from theta (10,)."""
-    Ixx, Ixy, Iyy, Ixz, Iyz, Izz = (theta[k] for k in range(4, 10))
-    return jnp.stack(
-        [jnp.stack([Ixx, Ixy, Ixz]), jnp.stack([Ixy, Iyy, Iyz]), jnp.stack([Ixz, Iyz, Izz])]
-    )
+    """Rotational inertia about the body origin (3, 3) from theta (10,) (``spatial_pairs.rigid_body``)."""
+    theta = jnp.asarray(theta)
+    return spatial_pairs.array(spatial_pairs.rigid_body(theta)[2], theta.dtype)
 
 
 def spatial_inertia(theta: Array) -> Array:
