@@ -41,6 +41,15 @@ def best_time(fn, repeats: int) -> float:
     return best
 
 
+def single_call_us(fn, inputs, calls: int = 2000) -> float:
+    """Microseconds per call of a compiled ``fn`` called from Python on one state at a time."""
+    start = time.perf_counter()
+    for k in range(calls):
+        out = fn(*(x[k] for x in inputs))
+    jax.block_until_ready(out)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
 def gradient_cost(robot, fn, inputs, repeats: int, states: int = 2500) -> tuple[float, float]:
     """(us per state, compile s) of the gradient of ``sum(vmap(fn)(states)^2)`` with respect to
     all of ``RobotParams`` (inertial and kinematic), on ``states`` states."""
@@ -114,11 +123,7 @@ def main() -> None:
     print("-" * len(header))
     trivial = jax.jit(lambda a, b, c: a + b + c)
     jax.block_until_ready(trivial(q[0], qd[0], qdd[0]))
-    start = time.perf_counter()
-    for k in range(2000):
-        out = trivial(q[k], qd[k], qdd[k])
-    jax.block_until_ready(out)
-    print(f"{'(trivial)':<10} {'':>18} {(time.perf_counter() - start) / 2000 * 1e6:>14.1f}")
+    print(f"{'(trivial)':<10} {'':>18} {single_call_us(trivial, (q, qd, qdd)):>14.1f}")
     for name, (fn, inputs, pin_call) in algorithms.items():
         batched = jax.jit(jax.vmap(fn))
         start = time.perf_counter()
@@ -135,12 +140,7 @@ def main() -> None:
         start = time.perf_counter()
         jax.block_until_ready(single(*one))
         compile_single = time.perf_counter() - start
-        calls = 2000
-        start = time.perf_counter()
-        for k in range(calls):
-            out = single(*(x[k] for x in inputs))
-        jax.block_until_ready(out)
-        t_single = (time.perf_counter() - start) / calls * 1e6
+        t_single = single_call_us(single, inputs)
 
         t_pin = np.inf
         for _ in range(args.repeats):
