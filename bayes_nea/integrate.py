@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from bayes_nea.dynamics import aba
+from bayes_nea.loops import scan
 from bayes_nea.robot import Robot, RobotParams
 
 DEFAULT_DT = 1.0 / 250.0
@@ -91,7 +92,7 @@ def rk4_step(
     if scan_stages:
         dtype = jnp.result_type(q, qd)
         nodes = (jnp.asarray(_RK4_NODES, dtype), jnp.asarray(_RK4_WEIGHTS, dtype))
-        carry, _ = jax.lax.scan(stage, carry, nodes)
+        carry, _ = scan(stage, carry, nodes)
     else:
         for node_weight in zip(_RK4_NODES, _RK4_WEIGHTS, strict=True):
             carry, _ = stage(carry, node_weight)
@@ -122,7 +123,7 @@ def integrate(qdd_fn: QddFn, q0, qd0, tau, *, dt: float = DEFAULT_DT) -> Traject
         nxt = rk4_step(qdd_fn, *state, u, dt)
         return nxt, nxt
 
-    _, (qs, qds) = jax.lax.scan(step, (q0, qd0), tau)
+    _, (qs, qds) = scan(step, (q0, qd0), tau)
     t = jnp.arange(tau.shape[0] + 1, dtype=dtype) * dt
     return Trajectory(t, _join(q0, qs), _join(qd0, qds), tau)
 
@@ -196,7 +197,7 @@ def run_closed_loop(
 
     pending0 = jnp.zeros((delay_steps, n), dtype)
     ks = jnp.arange(steps, dtype=dtype)
-    _, (qs, qds, us, qdds, applied) = jax.lax.scan(step, (q0, qd0, pending0), (ks, noise))
+    _, (qs, qds, us, qdds, applied) = scan(step, (q0, qd0, pending0), (ks, noise))
     t = jnp.arange(steps + 1, dtype=dtype) * dt
     return ClosedLoopRun(Trajectory(t, _join(q0, qs), _join(qd0, qds), us), qdds, applied)
 
