@@ -29,21 +29,23 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+import bayes_nea as bn  # noqa: E402
 from data import panda_plant as pp  # noqa: E402
 from data.io import write_atomic  # noqa: E402
+from inference import hybrid_posterior as hp  # noqa: E402
 from inference import hybrid_training as ht  # noqa: E402
 from models import hybrid as hy  # noqa: E402
 
 SETTINGS = {
     "tiny": {"trajectories": 4, "period": 1.0, "seeds": 1, "rbd_epochs": 3, "net_epochs": 1, "e2e_epochs": 1,
              "delan_epochs": 1, "patience": 3, "lr_patience": 2, "control_movements": 1,
-             "control_seconds": 0.3},
+             "control_seconds": 0.3, "posterior_draws": 2},
     "quick": {"trajectories": 6, "period": 5.0, "seeds": 1, "rbd_epochs": 30, "net_epochs": 8, "e2e_epochs": 20,
               "delan_epochs": 8, "patience": 6, "lr_patience": 3, "control_movements": 2,
-              "control_seconds": 5.0},
+              "control_seconds": 5.0, "posterior_draws": 16},
     "full": {"trajectories": 12, "period": 10.0, "seeds": 3, "rbd_epochs": 100, "net_epochs": 40, "e2e_epochs": 100,
              "delan_epochs": 40, "patience": 10, "lr_patience": 5, "control_movements": 4,
-             "control_seconds": 10.0},
+             "control_seconds": 10.0, "posterior_draws": 32},
 }  # fmt: skip
 """Sizes scaled to 2 CPU cores (the paper: 26 paths, 5 h at 1 kHz, 10 seeds, patience 30)."""
 
@@ -210,6 +212,11 @@ def run_study(setting: str, out: str, *, seed: int = 0, log: Callable[[str], Non
     t0 = time.perf_counter()
     table3 = control_study(models, split.test, s, seed=seed, log=log)
     timings["table3"] = time.perf_counter() - t0
+
+    # --- Table IV: posteriors of the two-step rigid body + friction -----------------------------
+    t0 = time.perf_counter()
+    table4 = posterior_study(robot, models, sets, split.test, scale, s, seed=seed, log=log)
+    timings["table4"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
 
     def summarise(table):
@@ -228,48 +235,61 @@ def run_study(setting: str, out: str, *, seed: int = 0, log: Callable[[str], Non
         "table1": summarise(table1),
         "table2": summarise(table2),
         "table3": table3,
+        "table4": table4,
         "timings_s": timings,
     }
     write_report(results, out)
     return results
 
 
+def _track(plant, model: hy.Hybrid, kp, kd, reference, key) -> jax.Array:
+    """True joint angles (T, n) of the plant under the impedance controller (paper eq. 23) with
+    ``model`` as feed-forward along ``reference``; recurrent models first run 500 control steps
+    at rest on the start pose (the paper's LSTM warm-up)."""
+    cs = model.init_state()
+    q0 = reference[0][0]
+    z = jnp.zeros_like(q0)
+    if model.is_recurrent():
+        cs = jax.lax.fori_loop(0, 500, lambda i, c: model.step(c, q0, z, z)[0], cs)
+    ctrl = pp.impedance_controller(model.step, kp, kd)
+    return pp.closed_loop(plant, ctrl, cs, reference, key).q_true
+
+
+def _gains(robot) -> dict:
+    """``{level: (kp, kd)}``: the paper's gain levels, critically damped at the home pose."""
+    out = {}
+    for level, gains in pp.GAIN_LEVELS.items():
+        kp = np.asarray(gains)
+        out[level] = (jnp.asarray(kp), jnp.asarray(pp.critical_damping(robot, kp, pp.PANDA_HOME)))
+    return out
+
+
+def _control_reference(plant, test_movements, s: dict):
+    moves = [m for m in test_movements if m.speed == "fast"][: s["control_movements"]]
+    T = int(min(s["control_seconds"], moves[0].t[-1]) * plant.rate_hz)
+    return tuple(
+        jnp.asarray(np.stack([getattr(m, f)[:T] for m in moves]))
+        for f in ("q_des", "qd_des", "qdd_des")
+    )
+
+
 def control_study(models: dict, test_movements, s: dict, *, seed: int, log) -> dict:
     """Tracking RMSE and final-angle error (deg) per model and gain level on the test paths."""
     plant = pp.make_plant()
     robot = plant.robot
-    moves = [m for m in test_movements if m.speed == "fast"][: s["control_movements"]]
-    T = int(min(s["control_seconds"], moves[0].t[-1]) * plant.rate_hz)
-    ref = tuple(
-        jnp.asarray(np.stack([getattr(m, f)[:T] for m in moves]))
-        for f in ("q_des", "qd_des", "qdd_des")
-    )
-    keys = jax.random.split(jax.random.key(seed + 7), len(moves))
+    ref = _control_reference(plant, test_movements, s)
+    keys = jax.random.split(jax.random.key(seed + 7), ref[0].shape[0])
     out: dict = {}
     for label, model in models.items():
 
         @eqx.filter_jit
         def run(model, kp, kd, ref, keys):
-            def ff(cs, q, qd, qdd):
-                return model.step(cs, q, qd, qdd)
-
-            def one(r, key):
-                # warm-up: 500 control steps at rest on the start pose (the paper's LSTM init)
-                cs = model.init_state()
-                q0 = r[0][0]
-                z = jnp.zeros_like(q0)
-                cs = jax.lax.fori_loop(0, 500, lambda i, c: model.step(c, q0, z, z)[0], cs)
-                ctrl = pp.impedance_controller(ff, kp, kd)
-                return pp.closed_loop(plant, ctrl, cs, r, key)
-
-            return jax.vmap(one)(ref, keys)
+            return jax.vmap(lambda r, key: _track(plant, model, kp, kd, r, key))(ref, keys)
 
         res = {}
-        for level, gains in pp.GAIN_LEVELS.items():
-            kp = np.asarray(gains)
-            kd = pp.critical_damping(robot, kp, pp.PANDA_HOME)
-            cl = run(model, jnp.asarray(kp), jnp.asarray(kd), ref, keys)
-            err = np.rad2deg(np.asarray(cl.q_true) - np.asarray(ref[0]))
+        for level, (kp, kd) in _gains(robot).items():
+            q_true = run(model, kp, kd, ref, keys)
+            err = np.rad2deg(np.asarray(q_true) - np.asarray(ref[0]))
             ok = bool(np.all(np.isfinite(err)))
             res[level] = {
                 "rmse_deg": np.sqrt(np.mean(err**2, axis=(0, 1))).tolist() if ok else None,
@@ -278,6 +298,81 @@ def control_study(models: dict, test_movements, s: dict, *, seed: int, log) -> d
         out[label] = res
         log(f"  Table III {label}: " + ", ".join(
             f"{k} {np.mean(v['rmse_deg']):.3f}" if v["rmse_deg"] else f"{k} failed" for k, v in res.items()))  # fmt: skip
+    return out
+
+
+POSTERIOR_MODELS = ("RBD+Sign 2S", "RBD+Sign+MLP 2S", "RBD+Sign+LSTM 2S")
+"""The two-step models whose rigid body and sign friction get a posterior (Table IV)."""
+
+
+def posterior_study(
+    robot, models: dict, sets: dict, test_movements, scale, s: dict, *, seed: int, log
+) -> dict:
+    """Table IV: the closed-form posterior of each two-step model's rigid body and sign friction
+    (:mod:`inference.hybrid_posterior`, residual network held at its trained weights), its 90 %
+    predictive torque intervals on the test movements, and the impedance controller run with
+    ``s["posterior_draws"]`` posterior draws as feed-forward (the tracking RMSE's spread over
+    what the data leave unknown) for the stateless models."""
+    plant = pp.make_plant()
+    ref = _control_reference(plant, test_movements, s)
+    keys = jax.random.split(jax.random.key(seed + 7), ref[0].shape[0])
+    base = bn.base_parameters(robot)
+    out: dict = {}
+    for label in POSTERIOR_MODELS:
+        if label not in models:
+            continue
+        model = models[label]
+        rest = tuple(k for k in model.names if k not in ("rbd", "sign"))
+        residual = model.only(rest) if rest else None
+        t0 = time.perf_counter()
+        post = hp.rigid_body_posterior(robot, sets["train"], model, residual=residual, base=base)
+        check = hp.predictive_check(post, sets["test"], scale)
+        row = {
+            "n_base": post.n_base,
+            "ess_fraction": post.ess_fraction.tolist(),
+            "noise_sd": post.noise_sd.tolist(),
+            "relative_sd_beta_median": float(
+                np.median(post.sd()[: post.n_base] / np.maximum(np.abs(post.mean[: post.n_base]), 1e-12))
+            ),
+            "friction_mean": post.mean[post.n_base :].tolist(),
+            "friction_sd": post.sd()[post.n_base :].tolist(),
+            "coverage90": check.coverage.tolist(),
+            "width90": check.width.tolist(),
+            "parameter_width90": check.parameter_width.tolist(),
+            "nmse_mean": check.nmse.tolist(),
+            "seconds": time.perf_counter() - t0,
+        }
+        draws = int(s.get("posterior_draws", 0))
+        if draws and (residual is None or not residual.is_recurrent()):
+            theta, sigma = post.draws(jax.random.key(seed + 11), draws)
+
+            @eqx.filter_jit
+            def run(theta, sigma, kp, kd, residual):
+                def per_draw(th, sg):
+                    parts = (hy.fixed_rigid_body(robot, th), hy.SignFriction(sg))
+                    names = ("rbd", "sign")
+                    if residual is not None:
+                        parts, names = parts + residual.parts, names + residual.names
+                    m = hy.Hybrid(parts, names)
+                    return jax.vmap(lambda r, key: _track(plant, m, kp, kd, r, key))(ref, keys)
+
+                return jax.vmap(per_draw)(theta, sigma)
+
+            row["control"] = {}
+            for level, (kp, kd) in _gains(robot).items():
+                q_true = np.asarray(run(jnp.asarray(theta), jnp.asarray(sigma), kp, kd, residual))
+                err = np.rad2deg(q_true - np.asarray(ref[0])[None])
+                rmse = np.sqrt(np.mean(err**2, axis=(1, 2))).mean(axis=1)  # (D,) joint mean
+                row["control"][level] = {
+                    "draws": draws,
+                    "finite": int(np.sum(np.isfinite(rmse))),
+                    "rmse_deg": rmse.tolist(),
+                }
+            row["seconds"] = time.perf_counter() - t0
+        out[label] = row
+        log(f"  Table IV {label}: coverage {np.mean(check.coverage):.3f}, "
+            f"ESS/N {np.min(post.ess_fraction):.4f}-{np.max(post.ess_fraction):.4f}, "
+            f"{row['seconds']:.0f} s")  # fmt: skip
     return out
 
 
@@ -329,7 +424,71 @@ def findings(results: dict) -> list[str]:
     best = {g: min(t3, key=lambda k: np.inf if t3[k][g]["rmse_deg"] is None else np.mean(t3[k][g]["rmse_deg"]))
             for g in ("soft", "medium", "stiff")}  # fmt: skip
     out.append("- Lowest tracking RMSE: " + ", ".join(f"{g}: {k}" for g, k in best.items()) + ".")
+    n_train = results["samples"]["train"]
+    for k, v in results.get("table4", {}).items():
+        cov, ess = np.asarray(v["coverage90"]), np.asarray(v["ess_fraction"])
+        verdict = "inside" if 0.85 <= cov.mean() <= 0.95 else "NOT inside"
+        line = (f"- Posterior of {k}: 90 % predictive intervals cover {cov.mean():.3f} of the test "
+                f"torques ({verdict} [0.85, 0.95]; joints {cov.min():.3f}-{cov.max():.3f}); the "
+                f"residual's autocorrelation leaves {ess.min() * n_train:.0f}-{ess.max() * n_train:.0f} "
+                f"effective samples per joint of {n_train}.")  # fmt: skip
+        spreads = []
+        for g, c in v.get("control", {}).items():
+            r = np.asarray(c["rmse_deg"], float)
+            r = r[np.isfinite(r)]
+            if r.size:
+                spreads.append(f"{g} {r.min():.3f}-{r.max():.3f}")
+        if spreads:
+            line += (f" Tracking RMSE (deg) over {v['control']['soft']['draws']} posterior draws: "
+                     + ", ".join(spreads) + ".")  # fmt: skip
+        out.append(line)
     return out
+
+
+def table4_lines(results: dict) -> list[str]:
+    """The report's Table IV (posteriors of the two-step rigid body + friction), if run."""
+    t4 = results.get("table4")
+    if not t4:
+        return []
+    t3 = results["table3"]
+    lines = [
+        "",
+        "## Table IV: posterior of the rigid body and sign friction (two-step models; ours only)",
+        "",
+        "Closed-form Gaussian posterior of the base parameters and Coulomb coefficients "
+        "(`inference/hybrid_posterior.py`), the residual network held at its trained weights, "
+        "each joint's rows weighted by the effective sample size of its autocorrelated residual "
+        "(ESS / N). Predictive: central 90 % intervals of the test torques (parameters + noise); "
+        "width over the joint's torque range. Tracking: the impedance controller of Table III with "
+        "each posterior draw as feed-forward, average joint-angle RMSE (deg) over draws: "
+        "mean ± sd [min, max] (MAP: Table III).",
+        "",
+        "| model | ESS / N (min-max) | test coverage 90 % (mean, min-max over joints) | width / range (params only) | base params: median sd / abs mean | tracking soft | medium | stiff |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for k, v in t4.items():
+        cov = np.asarray(v["coverage90"])
+        ess = np.asarray(v["ess_fraction"])
+        track = []
+        for g in ("soft", "medium", "stiff"):
+            c = v.get("control", {}).get(g)
+            if not c:
+                track.append("-")
+                continue
+            r = np.asarray(c["rmse_deg"], float)
+            finite = r[np.isfinite(r)]
+            text = (f"{finite.mean():.3f} ± {finite.std():.3f} [{finite.min():.3f}, {finite.max():.3f}]"
+                    if finite.size else "failed")  # fmt: skip
+            map_ = t3.get(k, {}).get(g, {}).get("rmse_deg")
+            extra = f" (MAP {np.mean(map_):.3f})" if map_ else ""
+            lost = "" if c["finite"] == c["draws"] else f", {c['draws'] - c['finite']} of {c['draws']} failed"
+            track.append(text + extra + lost)
+        lines.append(
+            f"| {k} | {ess.min():.4f}-{ess.max():.4f} | {cov.mean():.3f} ({cov.min():.3f}-{cov.max():.3f}) "
+            f"| {np.mean(v['width90']):.3f} ({np.mean(v['parameter_width90']):.4f}) "
+            f"| {v['relative_sd_beta_median']:.2e} | {' | '.join(track)} |"
+        )
+    return lines
 
 
 def rerender(out: str) -> str:
@@ -408,10 +567,12 @@ def write_report(results: dict, out: str) -> None:
         lines.append(
             f"| {k} | {' | '.join(cells)} | {fin} | {' / '.join(str(x) for x in p) if p else 'failed (black-box LSTM)' if k == 'LSTM E2E' else '-'} |"
         )
+    lines += table4_lines(results)
     lines += ["", "## Findings (measured, this run)", "", *findings(results)]
     t = results["timings_s"]
     lines += ["", f"Run time: {t['total']:.0f} s (data {t['data']:.0f}, Table I {t['table1']:.0f}, "
-              f"Table II {t['table2']:.0f}, Table III {t['table3']:.0f}).", ""]  # fmt: skip
+              f"Table II {t['table2']:.0f}, Table III {t['table3']:.0f}"
+              + (f", Table IV {t['table4']:.0f}" if "table4" in t else "") + ").", ""]  # fmt: skip
     report = "\n".join(lines)
     write_atomic(os.path.join(out, "report.md"), lambda f: f.write(report.encode()))
 

@@ -86,8 +86,9 @@ def test_end_to_end_diffbary_fits_known_arm_and_two_step_freezes(arm_data):
 @pytest.mark.slow
 def test_panda_pipeline_end_to_end_tiny():
     """Plant data -> E2E RBD+Sign+LSTM hybrid (1 epoch) -> whole-trajectory NMSE -> the hybrid as
-    the feed-forward of the impedance controller on the plant."""
-    from analysis.hybrid import control_study
+    the feed-forward of the impedance controller on the plant -> the posterior of its rigid body
+    and friction (Table IV) with posterior draws as feed-forward."""
+    from analysis.hybrid import control_study, posterior_study
     from data import panda_plant as pp
 
     split = pp.excitation_data(trajectories=4, period=0.5, seed=1)
@@ -112,3 +113,15 @@ def test_panda_pipeline_end_to_end_tiny():
         assert out["hybrid"][level]["rmse_deg"] is not None
     # stiffer feedback tracks better
     assert np.mean(out["hybrid"]["stiff"]["rmse_deg"]) < np.mean(out["hybrid"]["soft"]["rmse_deg"])
+    train = [ht.movement_arrays(robot, m) for m in split.train]
+    point = {"RBD+Sign 2S": res.model.only(("rbd", "sign"))}
+    settings["posterior_draws"] = 2
+    t4 = posterior_study(
+        robot, point, {"train": train, "test": test}, split.test, scale, settings, seed=0,
+        log=lambda s: None,
+    )["RBD+Sign 2S"]  # fmt: skip
+    cover = np.asarray(t4["coverage90"])
+    assert cover.shape == (7,) and np.all((cover >= 0) & (cover <= 1))
+    assert np.all(np.asarray(t4["ess_fraction"]) > 0) and np.all(np.asarray(t4["noise_sd"]) > 0)
+    for level in ("soft", "medium", "stiff"):
+        assert t4["control"][level]["finite"] == 2
