@@ -157,6 +157,26 @@ def trainable_spec(model: hy.Hybrid, freeze: Sequence[str] = ()):
     return spec
 
 
+@eqx.filter_jit
+def _train_step(params, static, opt_state, idx, rate, data, scale):
+    """One Adam step on the windows ``idx`` of ``data = (x, Y, tau)``.
+
+    Module level, with the data as arguments: one compiled program per model structure and data
+    shape, shared by every :func:`train` call (a closure over the data would bake it into each
+    call's program as a constant: ~1 GB per Panda call, never freed).
+    """
+    x_all, Y_all, t_all = data
+
+    def loss_fn(p):
+        m = eqx.combine(p, static)
+        pred = jax.vmap(m.sequence)(x_all[idx], Y_all[idx])
+        return jnp.mean(nmse(pred, t_all[idx], scale))
+
+    loss, grads = eqx.filter_value_and_grad(loss_fn)(params)
+    updates, opt_state = _adam_update(grads, opt_state, rate)
+    return eqx.apply_updates(params, updates), opt_state, loss
+
+
 def train(
     model: hy.Hybrid,
     train_data: Batchable,
@@ -184,18 +204,7 @@ def train(
     params, static = eqx.partition(model, spec)
     opt_state = _adam_init(params)
     rate = float(lr)
-    x_all, Y_all, t_all = (jnp.asarray(v) for v in train_data)
-
-    @eqx.filter_jit
-    def step(params, opt_state, idx, rate):
-        def loss_fn(p):
-            m = eqx.combine(p, static)
-            pred = jax.vmap(m.sequence)(x_all[idx], Y_all[idx])
-            return jnp.mean(nmse(pred, t_all[idx], scale))
-
-        loss, grads = eqx.filter_value_and_grad(loss_fn)(params)
-        updates, opt_state = _adam_update(grads, opt_state, rate)
-        return eqx.apply_updates(params, updates), opt_state, loss
+    data = tuple(jnp.asarray(v) for v in train_data)
 
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel()[-1])
     best = (np.inf, params)
@@ -205,9 +214,10 @@ def train(
         order = rng.permutation(W)
         losses = []
         for b in range(0, W - per_batch + 1, per_batch):
-            params, opt_state, loss = step(
-                params, opt_state, jnp.asarray(order[b : b + per_batch]), jnp.asarray(rate)
-            )
+            params, opt_state, loss = _train_step(
+                params, static, opt_state, jnp.asarray(order[b : b + per_batch]),
+                jnp.asarray(rate), data, scale,
+            )  # fmt: skip
             losses.append(float(loss))
         v = float(np.mean(evaluate(eqx.combine(params, static), valid, np.asarray(scale))))
         history.append((epoch, float(np.mean(losses)), v))
