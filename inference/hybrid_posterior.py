@@ -107,7 +107,7 @@ def _prior(robot: bn.Robot, base: bn.BaseParameters) -> tuple[np.ndarray, np.nda
     scale_beta = np.maximum(10.0 * np.abs(base.to_base) @ theta, 1e-3)
     effort = np.abs(np.asarray(robot.effort_limit, np.float64))
     known = effort[np.isfinite(effort) & (effort > 0)]
-    fallback = 2.0 * known.max() if known.size else 1.0  # sd 1 (N or N m) if no joint has one
+    fallback = known.max() if known.size else 2.0  # sd 1 (N or N m) if no joint has a limit
     scale_fric = 0.5 * np.where(np.isfinite(effort) & (effort > 0), effort, fallback)
     sd = np.concatenate([scale_beta, scale_fric])
     return np.zeros_like(sd), sd
