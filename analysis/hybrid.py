@@ -349,7 +349,7 @@ def posterior_study(
             theta, sigma = post.draws(jax.random.key(seed + 11), draws)
 
             @eqx.filter_jit
-            def run(theta, sigma, kp, kd, residual):
+            def run(theta, sigma, kp, kd, residual, ref, keys):
                 def per_draw(th, sg):
                     parts = (hy.fixed_rigid_body(robot, th), hy.SignFriction(sg))
                     names = ("rbd", "sign")
@@ -362,7 +362,9 @@ def posterior_study(
 
             row["control"] = {}
             for level, (kp, kd) in _gains(robot).items():
-                q_true = np.asarray(run(jnp.asarray(theta), jnp.asarray(sigma), kp, kd, residual))
+                q_true = np.asarray(
+                    run(jnp.asarray(theta), jnp.asarray(sigma), kp, kd, residual, ref, keys)
+                )
                 err = np.rad2deg(q_true - np.asarray(ref[0])[None])
                 rmse = np.sqrt(np.mean(err**2, axis=(1, 2))).mean(axis=1)  # (D,) joint mean
                 row["control"][level] = {
