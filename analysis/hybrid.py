@@ -484,8 +484,8 @@ def table4_lines(results: dict) -> list[str]:
             finite = r[np.isfinite(r)]
             text = (f"{finite.mean():.3f} ± {finite.std():.3f} [{finite.min():.3f}, {finite.max():.3f}]"
                     if finite.size else "failed")  # fmt: skip
-            map_ = t3.get(k, {}).get(g, {}).get("rmse_deg")
-            extra = f" (point {np.mean(map_):.3f})" if map_ else ""
+            point = t3.get(k, {}).get(g, {}).get("rmse_deg")
+            extra = f" (point {np.mean(point):.3f})" if point else ""
             lost = "" if c["finite"] == c["draws"] else f", {c['draws'] - c['finite']} of {c['draws']} failed"
             track.append(text + extra + lost)
         lines.append(
