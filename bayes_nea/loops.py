@@ -62,16 +62,12 @@ def scan(
     init,
     xs=None,
     length: int | None = None,
-    *,
-    kernelwise: bool = True,
 ):
     """``jax.lax.scan(f, init, xs, length)``, compiled kernel by kernel on the CPU (see above).
 
-    ``kernelwise=False`` is plain ``lax.scan`` (XLA may compile the loop as one function: the
-    faster run for small bodies, the slower compile for large ones).
+    Plain ``lax.scan`` remains the choice where one function is wanted (the faster run for small
+    bodies, the slower compile for large ones).
     """
-    if not kernelwise:
-        return jax.lax.scan(f, init, xs, length=length)
 
     def body(carry_guard, x):
         carry, guard = carry_guard
