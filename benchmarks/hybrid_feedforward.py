@@ -40,13 +40,24 @@ def main() -> None:
     n = robot.n
     key = jax.random.key(0)
     norm = hy.Normalizer(jnp.zeros(3 * n), jnp.ones(3 * n))
+    jnorm = hy.Normalizer(jnp.zeros((n, 3)), jnp.ones((n, 3)))
     models = {
-        "RBD+Sign+LSTM (DiffBary)": hy.Hybrid(
+        "RBD+Sign+LSTM per joint (study)": hy.Hybrid(
+            (hy.rigid_body(robot, "diffbary", key=key, scale=0.3), hy.SignFriction(jnp.ones(n)),
+             hy.joint_lstm_residual(jnorm, jnp.ones(n), key=key)),
+            ("rbd", "sign", "lstm"),
+        ),
+        "RBD+Sign+MLP per joint (study)": hy.Hybrid(
+            (hy.rigid_body(robot, "diffbary", key=key, scale=0.3), hy.SignFriction(jnp.ones(n)),
+             hy.joint_mlp_residual(jnorm, jnp.ones(n), key=key)),
+            ("rbd", "sign", "mlp"),
+        ),
+        "RBD+Sign+LSTM whole state": hy.Hybrid(
             (hy.rigid_body(robot, "diffbary", key=key, scale=0.3), hy.SignFriction(jnp.ones(n)),
              hy.lstm_residual(norm, jnp.ones(n), key=key)),
             ("rbd", "sign", "lstm"),
         ),
-        "RBD+Sign+MLP (DiffBary)": hy.Hybrid(
+        "RBD+Sign+MLP whole state": hy.Hybrid(
             (hy.rigid_body(robot, "diffbary", key=key, scale=0.3), hy.SignFriction(jnp.ones(n)),
              hy.mlp_residual(norm, jnp.ones(n), key=key)),
             ("rbd", "sign", "mlp"),
@@ -87,9 +98,9 @@ def main() -> None:
         )
     except ImportError:
         rows.append(("peer: pinocchio.rnea (C++)", float("nan")))
-    print(f"{'feed-forward call (Panda, 7 DoF)':<34} {'median':>12}   budget 1 ms")
+    print(f"{'feed-forward call (Panda, 7 DoF)':<36} {'median':>12}   budget 1 ms")
     for name, t in rows:
-        print(f"{name:<34} {t * 1e6:>9.1f} us   {'ok' if t < 1e-3 else 'over'}")
+        print(f"{name:<36} {t * 1e6:>9.1f} us   {'ok' if t < 1e-3 else 'over'}")
 
 
 if __name__ == "__main__":

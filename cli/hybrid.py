@@ -8,7 +8,7 @@ HELP = "hybrid inverse dynamics (RBD + friction + LSTM, DeLaN, SDP) on a simulat
 def add_arguments(parser) -> None:
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
-        "--quick", action="store_true", help="the 2-core setting (default; 3 seeds, about 5 min)"
+        "--quick", action="store_true", help="the 2-core setting (default; 3 seeds, about 20 min)"
     )
     size.add_argument("--full", action="store_true", help="larger data, 3 seeds, longer training")
     size.add_argument(

@@ -12,6 +12,9 @@ A model is a :class:`Hybrid`: a sum of parts (the paper's eq. 11), each part one
   (Table IV);
 - :class:`LSTMResidual`: input normalisation, linear 100 + PReLU, layer norm, one LSTM layer of 50,
   layer norm, linear output (Section III-A, Table IV). Used alone it is the black-box LSTM;
+- :class:`JointLSTMResidual`, :class:`JointMLPResidual`: the same blocks, one small network per
+  joint on that joint's own velocity and acceleration, odd in the joint's motion (what the
+  study's hybrids use; docs/hybrid-study.md says why);
 - :class:`DeLaN`: deep Lagrangian network (Lutter, Listmann & Peters 2019): ``M(q) = L L^T + eps``
   with a Cholesky factor ``L`` and a potential ``V(q)`` from networks (two layers of 200, softplus);
   torques by the Euler-Lagrange equation (:func:`lagrangian_torques`).
@@ -224,6 +227,171 @@ def lstm_residual(
     )
 
 
+def joint_features(qd: jax.Array, qdd: jax.Array) -> jax.Array:
+    """Inputs of joint ``j``'s own residual network (..., n, 3): ``qd_j``, ``qdd_j`` and
+    ``tanh(qd_j / qd_lim)`` (the velocity at the scale of the sign friction, eq. 13)."""
+    return jnp.stack([qd, qdd, jnp.tanh(qd / QD_LIMIT)], axis=-1)
+
+
+def joint_normalizer_from(x: np.ndarray) -> Normalizer:
+    """Scales (n, 3) of :func:`joint_features` over samples ``x`` (..., 3n): the root mean square,
+    with a zero shift (a shift would break the residuals' oddness)."""
+    x = np.asarray(x, dtype=np.float64).reshape(-1, np.shape(x)[-1])
+    n = x.shape[1] // 3
+    u = np.asarray(joint_features(jnp.asarray(x[:, n : 2 * n]), jnp.asarray(x[:, 2 * n :])))
+    rms = np.sqrt(np.mean(u**2, axis=0))
+    return Normalizer(jnp.zeros(rms.shape), jnp.asarray(np.maximum(rms, 1e-6)))
+
+
+def _stacked(make, key, n: int):
+    """``make(key)`` for each of ``n`` joints, array leaves stacked on a leading joint axis."""
+    return eqx.filter_vmap(make)(jax.random.split(key, n))
+
+
+class JointMLPResidual(eqx.Module):
+    """Per-joint stateless residual: joint ``j``'s torque from its own :func:`joint_features`
+    through its own network ``f_j`` (linear + PReLU, linear + PReLU, linear 1), made odd:
+    ``r_j(u) = (f_j(u) - f_j(-u)) / 2``; weights stacked (n, ...).
+
+    Why per joint: the effects a rigid body misses on our plant (friction, motor inertia, joint
+    elasticity, delay) act joint by joint, as the DiffNEA actuator models; a network of the whole
+    state fits the few training paths by where the arm is. Why odd: those effects change sign
+    when the motion is reversed, while what belongs to the rigid body and is not odd in the
+    joint's motion (gravity, a constant offset, velocity-squared terms) then cannot move into
+    the residual: end to end, the rigid body inside the hybrid lands on the SDP fit instead of
+    6x off it (docs/hybrid-study.md)."""
+
+    norm: Normalizer
+    layers: tuple
+    acts: tuple
+    scale: jax.Array
+
+    def _f(self, qd, qdd):
+        u = self.norm(joint_features(qd, qdd))
+
+        def one(layers, acts, uj):
+            h = uj
+            for lin, act in zip(layers[:-1], acts, strict=True):
+                h = act(lin(h))
+            return layers[-1](h)[0]
+
+        f = eqx.filter_vmap(one)
+        out = 0.5 * (f(self.layers, self.acts, u) - f(self.layers, self.acts, -u))
+        return jax.lax.stop_gradient(self.scale) * out
+
+    def init_state(self):
+        return ()
+
+    def step(self, state, q, qd, qdd):
+        return state, self._f(qd, qdd)
+
+    def sequence(self, x, Y):
+        n = self.scale.shape[0]
+        return jax.vmap(self._f)(x[:, n : 2 * n], x[:, 2 * n :])
+
+
+def joint_mlp_residual(
+    norm: Normalizer, scale, *, key, width: int = 32, depth: int = 2
+) -> JointMLPResidual:
+    """Per-joint MLP residual; ``norm`` from :func:`joint_normalizer_from`, ``scale`` (n,) N m."""
+    n = norm.mean.shape[0]
+
+    def make(k):
+        keys = jax.random.split(k, depth + 1)
+        sizes = [3] + [width] * depth
+        layers = [eqx.nn.Linear(a, b, key=kk) for a, b, kk in zip(sizes[:-1], sizes[1:], keys, strict=False)]
+        out = eqx.nn.Linear(width, 1, key=keys[-1])
+        out = eqx.tree_at(lambda l: l.weight, out, out.weight * 0.1)
+        return (*layers, out), tuple(eqx.nn.PReLU() for _ in range(depth))
+
+    layers, acts = _stacked(make, key, n)
+    return JointMLPResidual(norm, layers, acts, jnp.asarray(scale))
+
+
+class JointLSTMResidual(eqx.Module):
+    """Per-joint recurrent residual: joint ``j``'s torque from the history of its own
+    :func:`joint_features` through its own linear + PReLU, layer norm, LSTM, layer norm, linear 1
+    (the paper's block, Section III-A, one per joint), made odd as :class:`JointMLPResidual`:
+    the network runs on the history and on its negation, ``r = (f(u) - f(-u)) / 2``. Weights
+    stacked (n, ...). Hidden state ``(h, c)`` (2, n, hidden) each (the two runs), zero at a
+    sequence start."""
+
+    norm: Normalizer
+    inp: eqx.nn.Linear
+    act: eqx.nn.PReLU
+    ln1: eqx.nn.LayerNorm
+    cell: eqx.nn.LSTMCell
+    ln2: eqx.nn.LayerNorm
+    out: eqx.nn.Linear
+    scale: jax.Array
+
+    def init_state(self, dtype=jnp.float64):
+        z = jnp.zeros((2, self.scale.shape[0], self.cell.hidden_size), dtype)
+        return (z, z)
+
+    def _joints(self, fn, *args):
+        """``fn`` on each joint's layers and inputs, for both the motion and its negation:
+        ``args`` (2, n, ...) -> (2, n, ...)."""
+        layers = (self.inp, self.act, self.ln1, self.cell, self.ln2, self.out)
+        return jax.vmap(lambda *a: eqx.filter_vmap(fn)(*layers, *a))(*args)
+
+    @staticmethod
+    def _input(inp, act, ln1, cell, ln2, out, u):
+        return ln1(act(inp(u)))
+
+    @staticmethod
+    def _recur(inp, act, ln1, cell, ln2, out, a, h, c):
+        return cell(a, (h, c))
+
+    @staticmethod
+    def _output(inp, act, ln1, cell, ln2, out, h):
+        return out(ln2(h))[0]
+
+    def _odd(self, y):
+        return jax.lax.stop_gradient(self.scale) * 0.5 * (y[0] - y[1])
+
+    def _signed_inputs(self, qd, qdd):
+        u = self.norm(joint_features(qd, qdd))
+        return jnp.stack([u, -u])
+
+    def step(self, state, q, qd, qdd):
+        a = self._joints(self._input, self._signed_inputs(qd, qdd))
+        h, c = self._joints(self._recur, a, *state)
+        return (h, c), self._odd(self._joints(self._output, h))
+
+    def sequence(self, x, Y):
+        """The input and output layers run on all T steps at once; only the LSTM cell runs in
+        the loop over time."""
+        n = self.scale.shape[0]
+        u = jax.vmap(self._signed_inputs)(x[:, n : 2 * n], x[:, 2 * n :])
+        a = jax.vmap(lambda ut: self._joints(self._input, ut))(u)
+
+        def recur(state, at):
+            state = self._joints(self._recur, at, *state)
+            return state, state[0]
+
+        _, h = jax.lax.scan(recur, self.init_state(x.dtype), a)
+        return jax.vmap(lambda ht: self._odd(self._joints(self._output, ht)))(h)
+
+
+def joint_lstm_residual(
+    norm: Normalizer, scale, *, key, width: int = 32, hidden: int = 16
+) -> JointLSTMResidual:
+    """Per-joint LSTM residual; ``norm`` from :func:`joint_normalizer_from`, ``scale`` (n,) N m."""
+    n = norm.mean.shape[0]
+
+    def make(k):
+        k1, k2, k3 = jax.random.split(k, 3)
+        out = eqx.nn.Linear(hidden, 1, key=k3)
+        out = eqx.tree_at(lambda l: l.weight, out, out.weight * 0.1)
+        return (
+            eqx.nn.Linear(3, width, key=k1), eqx.nn.PReLU(), eqx.nn.LayerNorm(width),
+            eqx.nn.LSTMCell(width, hidden, key=k2), eqx.nn.LayerNorm(hidden), out,
+        )  # fmt: skip
+
+    return JointLSTMResidual(norm, *_stacked(make, key, n), jnp.asarray(scale))
+
+
 def lagrangian_torques(mass_fn, potential_fn, q, qd, qdd):
     """Euler-Lagrange inverse dynamics for ``L = 1/2 qd^T M(q) qd - V(q)`` (n,):
 
@@ -320,7 +488,7 @@ class Hybrid(eqx.Module):
         return Hybrid(self.parts[:i] + (part,) + self.parts[i + 1 :], self.names)
 
     def is_recurrent(self) -> bool:
-        return any(isinstance(p, LSTMResidual) for p in self.parts)
+        return any(isinstance(p, (LSTMResidual, JointLSTMResidual)) for p in self.parts)
 
 
 def count_weights(model) -> int:

@@ -175,6 +175,53 @@ def test_lstm_sequence_equals_stepping_and_table_iv_size():
     assert not np.allclose(lstm.sequence(x2, None)[5], seq[5])
 
 
+@pytest.mark.parametrize("make", [hy.joint_lstm_residual, hy.joint_mlp_residual])
+def test_joint_residual_sees_only_its_own_joint_and_steps_as_its_sequence(make):
+    n = 7
+    x = jax.random.normal(jax.random.key(1), (30, 3 * n)) * jnp.array([1.0, 0.05, 2.0]).repeat(n)[None, :]
+    norm = hy.joint_normalizer_from(np.asarray(x))
+    u = np.stack([x[:, n : 2 * n], x[:, 2 * n :], np.tanh(x[:, n : 2 * n] / hy.QD_LIMIT)], -1)
+    np.testing.assert_array_equal(norm.mean, 0.0)
+    np.testing.assert_allclose(norm.std, np.sqrt((u.reshape(-1, n, 3) ** 2).mean(0)), rtol=1e-12)
+    net = make(norm, jnp.arange(1.0, n + 1), key=jax.random.key(0))
+    seq = net.sequence(x, None)
+    assert seq.shape == (30, n)
+    state, outs = net.init_state(), []
+    for t in range(30):
+        state, tau = net.step(state, x[t, :n], x[t, n : 2 * n], x[t, 2 * n :])
+        outs.append(tau)
+    np.testing.assert_allclose(seq, jnp.stack(outs), rtol=1e-10, atol=1e-12)
+    # joint 2's velocity moves joint 2's output only; positions move nothing
+    moved = np.abs(np.asarray(net.sequence(x.at[:, n + 2].add(0.3), None) - seq)).max(0)
+    assert moved[2] > 1e-6 and np.all(np.delete(moved, 2) == 0.0)
+    assert np.array_equal(net.sequence(x.at[:, :n].add(1.0), None), seq)
+    # odd: the reversed motion (qd, qdd negated) gives the negated torques
+    reverse = x.at[:, n:].multiply(-1.0)
+    np.testing.assert_allclose(net.sequence(reverse, None), -seq, rtol=1e-12, atol=1e-14)
+    # each joint has its own weights: equal inputs on every joint give different outputs
+    same = jnp.repeat(x[:, [0, n, 2 * n]], n, axis=1)
+    out = np.asarray(net.sequence(same, None)) / np.arange(1.0, n + 1)[None, :]
+    assert np.ptp(out[-1]) > 1e-6
+
+
+def test_joint_lstm_remembers_its_own_history_as_friction_does():
+    """At rest the recurrent residual holds a torque whose sign is the direction the joint last
+    moved (the memory LuGre friction has); the stateless one, odd, gives exactly zero."""
+    n = 7
+    norm = hy.Normalizer(jnp.zeros((n, 3)), jnp.ones((n, 3)))
+    nets = [make(norm, jnp.ones(n), key=jax.random.key(3))
+            for make in (hy.joint_lstm_residual, hy.joint_mlp_residual)]  # fmt: skip
+    rest = jnp.zeros((5, 3 * n))
+    outs = []
+    for sign in (1.0, -1.0):
+        move = jnp.zeros((20, 3 * n)).at[:, n : 2 * n].set(sign * 0.5)
+        outs.append([np.asarray(m.sequence(jnp.concatenate([move, rest]), None))[-1] for m in nets])
+    assert np.abs(outs[0][0]).min() > 1e-6
+    np.testing.assert_allclose(outs[1][0], -outs[0][0], rtol=1e-12)
+    np.testing.assert_array_equal(outs[0][1], 0.0)
+    np.testing.assert_array_equal(outs[1][1], 0.0)
+
+
 def test_hybrid_sums_its_parts_and_sign_friction_is_eq13():
     n = 2
     sign = hy.SignFriction(jnp.array([0.5, 1.0]))
