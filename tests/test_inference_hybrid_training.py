@@ -85,7 +85,8 @@ def test_end_to_end_diffbary_fits_known_arm_and_two_step_freezes(arm_data):
 
 @pytest.mark.slow
 def test_panda_pipeline_end_to_end_tiny():
-    """Plant data -> E2E RBD+Sign+LSTM hybrid (1 epoch) -> whole-trajectory NMSE -> the hybrid as
+    """Plant data -> E2E RBD+Sign+LSTM hybrid (per-joint residual, as the study; 2 epochs) ->
+    whole-trajectory NMSE -> the hybrid as
     the feed-forward of the impedance controller on the plant -> the posterior of its rigid body
     and friction (Table IV) with posterior draws as feed-forward."""
     from analysis.hybrid import control_study, posterior_study
@@ -100,7 +101,7 @@ def test_panda_pipeline_end_to_end_tiny():
     key = jax.random.key(0)
     model = hy.Hybrid(
         (hy.rigid_body(robot, "diffbary", key=key), hy.SignFriction(jnp.zeros(7)),
-         hy.lstm_residual(hy.normalizer_from(tr.x), scale, key=key)),
+         hy.joint_lstm_residual(hy.joint_normalizer_from(tr.x), scale, key=key)),
         ("rbd", "sign", "lstm"),
     )  # fmt: skip
     before = ht.evaluate(model, test, scale)
