@@ -41,27 +41,18 @@ def main() -> None:
     key = jax.random.key(0)
     norm = hy.Normalizer(jnp.zeros(3 * n), jnp.ones(3 * n))
     jnorm = hy.Normalizer(jnp.zeros((n, 3)), jnp.ones((n, 3)))
+
+    def with_residual(residual, name):
+        rbd = hy.rigid_body(robot, "diffbary", key=key, scale=0.3)
+        parts = (rbd, hy.SignFriction(jnp.ones(n)))
+        return hy.Hybrid((*parts, residual), ("rbd", "sign", name))
+
+    ones = jnp.ones(n)
     models = {
-        "RBD+Sign+LSTM per joint (study)": hy.Hybrid(
-            (hy.rigid_body(robot, "diffbary", key=key, scale=0.3), hy.SignFriction(jnp.ones(n)),
-             hy.joint_lstm_residual(jnorm, jnp.ones(n), key=key)),
-            ("rbd", "sign", "lstm"),
-        ),
-        "RBD+Sign+MLP per joint (study)": hy.Hybrid(
-            (hy.rigid_body(robot, "diffbary", key=key, scale=0.3), hy.SignFriction(jnp.ones(n)),
-             hy.joint_mlp_residual(jnorm, jnp.ones(n), key=key)),
-            ("rbd", "sign", "mlp"),
-        ),
-        "RBD+Sign+LSTM whole state": hy.Hybrid(
-            (hy.rigid_body(robot, "diffbary", key=key, scale=0.3), hy.SignFriction(jnp.ones(n)),
-             hy.lstm_residual(norm, jnp.ones(n), key=key)),
-            ("rbd", "sign", "lstm"),
-        ),
-        "RBD+Sign+MLP whole state": hy.Hybrid(
-            (hy.rigid_body(robot, "diffbary", key=key, scale=0.3), hy.SignFriction(jnp.ones(n)),
-             hy.mlp_residual(norm, jnp.ones(n), key=key)),
-            ("rbd", "sign", "mlp"),
-        ),
+        "RBD+Sign+LSTM per joint (study)": with_residual(hy.joint_lstm_residual(jnorm, ones, key=key), "lstm"),
+        "RBD+Sign+MLP per joint (study)": with_residual(hy.joint_mlp_residual(jnorm, ones, key=key), "mlp"),
+        "RBD+Sign+LSTM whole state": with_residual(hy.lstm_residual(norm, ones, key=key), "lstm"),
+        "RBD+Sign+MLP whole state": with_residual(hy.mlp_residual(norm, ones, key=key), "mlp"),
         "DeLaN": hy.Hybrid((hy.delan(hy.Normalizer(jnp.zeros(n), jnp.ones(n)), key=key, torque_scale=10.0),), ("delan",)),
     }  # fmt: skip
     q = jnp.asarray(pp.PANDA_HOME)
