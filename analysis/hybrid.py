@@ -584,7 +584,8 @@ def write_report(results: dict, out: str) -> None:
         "",
         "RBD+Sign E2E and RBD E2E are the parts of the end-to-end hybrid (disentangled), as in the paper. "
         "The hybrids' residual networks are **per joint** (joint j's residual from the history of "
-        "its own qd_j, qdd_j and tanh(qd_j / 0.02): the paper's block, one small network per joint); "
+        "its own qd_j, qdd_j and tanh(qd_j / 0.02): the paper's block, one small network per joint, "
+        "odd in the joint's motion; docs/hybrid-study.md says why); "
         "the rows marked 'whole state' use the paper's structure (one network of all joints' "
         "q, qd, qdd), trained and stopped the same way. The black-box LSTM sees the whole state.",
         "",
