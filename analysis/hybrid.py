@@ -95,6 +95,21 @@ PAPER_TABLE_III = {  # average joint-angle RMSE (deg), soft / medium / stiff
 }
 
 
+def training_keys(seed: int, replicate: int) -> tuple:
+    """Table II's keys for one training replicate: ``(key, k_rbd, k_lstm, k_mlp, k_black_box)``
+    (``key`` also orders the batches)."""
+    key = jax.random.key(seed * 100 + 50 + replicate)
+    return (key, *jax.random.split(key, 4))
+
+
+def two_step(rb, fr, net, name: str, s: dict) -> tuple:
+    """A two-step hybrid ``rb + fr + net`` with the parts to freeze and its learning rate:
+    ``(model, freeze, lr)``; residual LSTMs train at ``s["residual_lstm_lr"]``, others at
+    :data:`PAPER_LR`."""
+    lr = s["residual_lstm_lr"] if name == "lstm" else PAPER_LR
+    return hy.Hybrid((rb, fr, net), ("rbd", "sign", name)), ("rbd", "sign"), lr
+
+
 def _stats(values: list[np.ndarray]) -> dict:
     a = np.asarray(values, dtype=float)
     return {"mean": a.mean(0).tolist(), "std": a.std(0).tolist()}
@@ -174,8 +189,7 @@ def run_study(setting: str, out: str, *, seed: int = 0, log: Callable[[str], Non
     for k in ("RBD+Sign 2S", "RBD 2S"):
         table2[k] = [scores(models[k], sets["train"])]
     for r in range(s["seeds"]):
-        key = jax.random.key(seed * 100 + 50 + r)
-        k1, k2, k3, k4 = jax.random.split(key, 4)
+        key, k1, k2, k3, k4 = training_keys(seed, r)
         e2e = hy.Hybrid(
             (
                 hy.rigid_body(robot, "diffbary", key=k1),
@@ -184,17 +198,12 @@ def run_study(setting: str, out: str, *, seed: int = 0, log: Callable[[str], Non
             ),
             ("rbd", "sign", "lstm"),
         )
-
-        def two_step(net, name):
-            lr = s["residual_lstm_lr"] if name == "lstm" else PAPER_LR
-            return hy.Hybrid((rb2, fr2, net), ("rbd", "sign", name)), ("rbd", "sign"), lr
-
         fits = {
             "RBD+Sign+LSTM E2E": (e2e, (), PAPER_LR),
-            "RBD+Sign+LSTM 2S": two_step(hy.joint_lstm_residual(jnorm, scale, key=k2), "lstm"),
-            "RBD+Sign+MLP 2S": two_step(hy.joint_mlp_residual(jnorm, scale, key=k3), "mlp"),
-            WHOLE_STATE["RBD+Sign+LSTM 2S"]: two_step(hy.lstm_residual(norm, scale, key=k2), "lstm"),
-            WHOLE_STATE["RBD+Sign+MLP 2S"]: two_step(hy.mlp_residual(norm, scale, key=k3), "mlp"),
+            "RBD+Sign+LSTM 2S": two_step(rb2, fr2, hy.joint_lstm_residual(jnorm, scale, key=k2), "lstm", s),
+            "RBD+Sign+MLP 2S": two_step(rb2, fr2, hy.joint_mlp_residual(jnorm, scale, key=k3), "mlp", s),
+            WHOLE_STATE["RBD+Sign+LSTM 2S"]: two_step(rb2, fr2, hy.lstm_residual(norm, scale, key=k2), "lstm", s),
+            WHOLE_STATE["RBD+Sign+MLP 2S"]: two_step(rb2, fr2, hy.mlp_residual(norm, scale, key=k3), "mlp", s),
             "LSTM E2E": (
                 hy.Hybrid(
                     (hy.lstm_residual(norm, scale, key=k4, offset=(hi + lo) / 2),), ("lstm",)

@@ -73,13 +73,15 @@ def main() -> None:
     split = pp.excitation_data(plant, trajectories=args.trajectories, period=5.0, seed=args.seed)
     lo, hi = ht.torque_range(split.train)
     scale = hi - lo
-    rb, fr, _ = ht.sdp_parts(robot, ht.windows(split.train, robot), scale, sign=True)
+    tr = ht.windows(split.train, robot)
+    rb, fr, _ = ht.sdp_parts(robot, tr, scale, sign=True)
     base = hy.Hybrid((rb, fr), ("rbd", "sign"))
+    arrays = {role: [ht.movement_arrays(robot, m) for m in getattr(split, role)]
+              for role in ("train", "valid", "test")}  # fmt: skip
     parts = {}
     for role in ("train", "test"):
         rows = []
-        for m in getattr(split, role):
-            a = ht.movement_arrays(robot, m)
+        for m, a in zip(getattr(split, role), arrays[role], strict=True):
             r = a.tau - np.asarray(ht._predict_jit(base, jnp.asarray(a.x), jnp.asarray(a.Y)))
             rows.append((m, r, lugre_on(plant.params, m.qd, plant.dt)))
         parts[role] = rows
@@ -103,35 +105,31 @@ def main() -> None:
     for name, row in table.items():
         print(f"{name:<36}" + "".join(f"{v:>10.5f}" for v in row) + f"{np.mean(row):>10.5f}")
     if args.train_seeds:
-        paired_seeds(split, rb, fr, scale, args)
+        paired_seeds(tr, arrays, rb, fr, scale, args)
 
 
-def paired_seeds(split, rb, fr, scale, args) -> None:
+def paired_seeds(tr, arrays, rb, fr, scale, args) -> None:
     """The study's two-step per-joint residual LSTM and MLP over training seeds (paired)."""
-    from analysis.hybrid import PAPER_LR, SETTINGS
+    from analysis.hybrid import SETTINGS, training_keys, two_step
 
     s = SETTINGS["quick"]
-    robot = pp.panda_robot()
-    tr = ht.windows(split.train, robot)
-    valid = [ht.movement_arrays(robot, m) for m in split.valid]
-    test = [ht.movement_arrays(robot, m) for m in split.test]
+    valid, test = arrays["valid"], arrays["test"]
     jnorm = hy.joint_normalizer_from(tr.x)
     print(f"\ntwo-step residuals per joint, test NMSE (mean over joints), {args.train_seeds} "
           "training seeds")  # fmt: skip
     print(f"{'seed':>5} {'LSTM':>10} {'MLP':>10} {'LSTM - MLP':>12}")
     diffs = []
     for r in range(args.train_seeds):
-        key = jax.random.key(args.seed * 100 + 50 + r)
-        _, k2, k3, _ = jax.random.split(key, 4)
+        key, _, k2, k3, _ = training_keys(args.seed, r)
         out = []
-        for net, name, lr in (
-            (hy.joint_lstm_residual(jnorm, scale, key=k2), "lstm", s["residual_lstm_lr"]),
-            (hy.joint_mlp_residual(jnorm, scale, key=k3), "mlp", PAPER_LR),
+        for net, name in (
+            (hy.joint_lstm_residual(jnorm, scale, key=k2), "lstm"),
+            (hy.joint_mlp_residual(jnorm, scale, key=k3), "mlp"),
         ):
+            model, freeze, lr = two_step(rb, fr, net, name, s)
             res = ht.train(
-                hy.Hybrid((rb, fr, net), ("rbd", "sign", name)), tr, valid, scale, key=key, lr=lr,
-                max_epochs=s["net_epochs"], freeze=("rbd", "sign"), patience=s["patience"],
-                lr_patience=s["lr_patience"],
+                model, tr, valid, scale, key=key, lr=lr, max_epochs=s["net_epochs"], freeze=freeze,
+                patience=s["patience"], lr_patience=s["lr_patience"],
             )  # fmt: skip
             out.append(float(np.mean(ht.evaluate(res.model, test, scale))))
         diffs.append(out[0] - out[1])
