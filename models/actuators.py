@@ -89,6 +89,18 @@ class Actuator(abc.ABC):
     def torque(self, sample: dict, tau_d: Array, q: Array, qd: Array) -> Array:
         """Joint torque (n,) for commanded effort ``tau_d`` (n,) at state ``q, qd`` (n,)."""
 
+    def torque_joint_major(self, sample: dict, tau_d: Array, q: Array, qd: Array) -> Array:
+        """:meth:`torque` of N states at once, joint-major: ``tau_d, q, qd`` (n, N) -> (n, N).
+
+        For the identifiable geometry's likelihood, which keeps every per-joint row contiguous.
+        Default: :meth:`torque` vmapped over the states; joint-wise laws override it with the
+        law on the rows (vmap computes batch-first: on (N, 2) arrays the Stribeck law's gradient
+        cost 1.9 ms at N = 50,000, on (2, N) rows 0.57 ms).
+        """
+        return jax.vmap(lambda t, a, b: self.torque(sample, t, a, b), in_axes=1, out_axes=1)(
+            tau_d, q, qd
+        )
+
     def command(self, sample: dict, tau: Array, q: Array, qd: Array) -> Array:
         """Commanded effort (n,) that produces joint torque ``tau`` (n,): the inverse of torque.
 
@@ -149,6 +161,9 @@ class Ideal(Actuator):
     def torque(self, sample, tau_d, q, qd):
         return tau_d
 
+    def torque_joint_major(self, sample, tau_d, q, qd):
+        return tau_d
+
     def command(self, sample, tau, q, qd):
         return tau
 
@@ -178,6 +193,19 @@ class _Coefficients(_Friction):
             for what, site in zip(self.coefficients, self.coefficient_sites, strict=True)
         }
 
+    @staticmethod
+    @abc.abstractmethod
+    def law(c: dict, qd: Array) -> Array:
+        """The friction torque at velocities ``qd`` for coefficients ``c`` (:meth:`physical`),
+        elementwise over joints (``c``'s arrays broadcast against ``qd``)."""
+
+    def friction(self, sample, q, qd):
+        return self.law(self.physical(sample), qd)
+
+    def torque_joint_major(self, sample, tau_d, q, qd):
+        rows = {k: v[:, None] for k, v in self.physical(sample).items()}  # (n, 1) per joint
+        return tau_d + self.law(rows, qd)
+
 
 @final
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -195,8 +223,9 @@ class Viscous(_Coefficients):
     def build(cls, robot, prior: Prior, scales: Scales, *, whitened=True, **_):
         return cls(robot, _coefficient_sites(robot, prior, cls.coefficients, whitened))
 
-    def friction(self, sample, q, qd):
-        return -self.physical(sample)["viscous"].astype(qd.dtype) * qd
+    @staticmethod
+    def law(c, qd):
+        return -c["viscous"].astype(qd.dtype) * qd
 
 
 @final
@@ -224,8 +253,8 @@ class Stribeck(_Coefficients):
     def build(cls, robot, prior: Prior, scales: Scales, *, whitened=True, **_):
         return cls(robot, _coefficient_sites(robot, prior, cls.coefficients, whitened))
 
-    def friction(self, sample, q, qd):
-        c = self.physical(sample)
+    @staticmethod
+    def law(c, qd):
         return -bn.joint_friction(bn.FrictionParams(*(c[k] for k in bn.FRICTION_FIELDS)), qd)
 
 

@@ -63,23 +63,72 @@ DEFAULT_COMPLETION_STEPS = 300
 BASIS_STATES, BASIS_STATES_KEY = 32, 7  # states whose stacked regressor defines B(k) (no-Kin)
 
 
+class SparseFeatures(NamedTuple):
+    """Per-sample features linear in beta, stored batch-last with their structural zeros left out.
+
+    Entry ``e`` (a mass-matrix entry, a joint's bias or regressor row) is
+    ``sum_r beta[cols[e][r]] * values[e][r, s]`` for sample ``s``: ``values[e]`` (k_e, N) holds
+    the feature columns that are not zero at every sample, ``cols[e]`` (k_e,) their indices in
+    beta. Batch-last rows make every per-entry operation a contiguous vector operation; on the
+    Furuta pendulum 19 of the 48 dense numbers per sample are left (gradient of the forward
+    likelihood at 50,000 samples: see ``docs/inference-geometry.md``).
+    """
+
+    values: tuple
+    cols: tuple
+
+    @classmethod
+    def from_dense(cls, dense, structure=None) -> SparseFeatures:
+        """From dense features (N, E, b): entry ``e`` keeps the columns ``structure[e]`` (the
+        robot's structural nonzeros) and any column not exactly zero in ``dense`` (so nothing
+        the dense contraction would add is dropped, and data of one robot share one layout)."""
+        dense = np.asarray(dense)
+        values, cols = [], []
+        for e in range(dense.shape[1]):
+            keep = np.any(dense[:, e, :] != 0, axis=0)
+            if structure is not None:
+                keep[list(structure[e])] = True
+            keep = np.flatnonzero(keep)
+            values.append(jnp.asarray(np.ascontiguousarray(dense[:, e, keep].T)))
+            cols.append(jnp.asarray(keep, dtype=jnp.int32))
+        return cls(tuple(values), tuple(cols))
+
+    def contract(self, beta: Array) -> list:
+        """The entries at ``beta`` (b,): a list of (N,) arrays."""
+        return [beta[c] @ v for v, c in zip(self.values, self.cols, strict=True)]
+
+    def take(self, idx) -> SparseFeatures:
+        """The features of the samples ``idx`` (a minibatch)."""
+        return SparseFeatures(tuple(v[:, idx] for v in self.values), self.cols)
+
+
 class BaseFeatures(NamedTuple):
     """Data plus their base-parameter features (:meth:`IdentifiableModel.prepare`).
 
     Fields:
         q, qd, qdd, tau: (N, n) as in ``models.ModelData``.
-        mass: (N, n, n, b) ``M(q) = sum_k beta_k mass[..., k]`` (forward likelihood) or None.
-        bias: (N, n, b) ``h(q, qd) = bias @ beta`` (Coriolis, centrifugal, gravity) or None.
-        regressor: (N, n, b) ``Y_b(q, qd, qdd)`` (inverse likelihood) or None.
+        mass: :class:`SparseFeatures` of the upper triangle of ``M(q) = sum_k beta_k M_k(q)``,
+            entries ``(i, j), i <= j`` row by row (forward likelihood), or None.
+        bias: :class:`SparseFeatures` of ``h(q, qd)`` per joint (Coriolis, centrifugal,
+            gravity), or None.
+        regressor: :class:`SparseFeatures` of ``Y_b(q, qd, qdd)`` per joint (inverse
+            likelihood), or None.
     """
 
     q: Array
     qd: Array
     qdd: Array
     tau: Array
-    mass: Array | None = None
-    bias: Array | None = None
-    regressor: Array | None = None
+    mass: SparseFeatures | None = None
+    bias: SparseFeatures | None = None
+    regressor: SparseFeatures | None = None
+
+    def take(self, idx) -> BaseFeatures:
+        """The samples ``idx`` (a minibatch), features included."""
+        return BaseFeatures(
+            *(x[idx] for x in (self.q, self.qd, self.qdd, self.tau)),
+            *(None if f is None else f.take(idx) for f in (self.mass, self.bias, self.regressor)),
+        )
 
 
 def theta_moments(model, *, draws: int = DEFAULT_MOMENT_DRAWS, seed: int = 0):
@@ -508,16 +557,37 @@ class IdentifiableModel:
         self.check(data)
         if isinstance(data, BaseFeatures):
             return data
+        # 16 generic (random) states appended: their nonzero columns are the robot's structural
+        # sparsity, so data of one robot share one feature layout; one program for both
+        N = data.q.shape[0]
+        generic = bn.sample_states(self.robot, jax.random.key(0), 16)
+        dense = self._dense_features(
+            *(
+                jnp.concatenate([x, g.astype(x.dtype)])
+                for x, g in zip(data[:3], generic, strict=True)
+            )
+        )
+        features = {}
+        for name, value in dense.items():
+            value = np.asarray(value)
+            structure = [
+                np.flatnonzero(np.any(value[N:, e] != 0, axis=0)) for e in range(value.shape[1])
+            ]
+            features[name] = SparseFeatures.from_dense(value[:N], structure)
+        return BaseFeatures(*data, **features)
+
+    def _dense_features(self, q, qd, qdd) -> dict:
+        """Dense features of the likelihood, (N, E, b) each: ``{"mass": upper triangle of M_k,
+        "bias": h_k}`` (forward) or ``{"regressor": Y_b}`` (inverse)."""
         robot, base = self.robot, self.base
         n = robot.n
-        params = robot.nominal.astype(data.q.dtype)
+        params = robot.nominal.astype(q.dtype)
 
         def regressor(q, qd, qdd):
             return base.regressor(bn.joint_torque_regressor(robot, q, qd, qdd, params=params))
 
         if self.source.spec.likelihood == "inverse":
-            Yb = jax.jit(jax.vmap(regressor))(data.q, data.qd, data.qdd)
-            return BaseFeatures(*data, regressor=Yb)
+            return {"regressor": jax.jit(jax.vmap(regressor))(q, qd, qdd)}
 
         def mass_bias(q, qd):
             zero = jnp.zeros_like(q)
@@ -525,10 +595,11 @@ class IdentifiableModel:
             gravity = regressor(q, zero, zero)
             eye = jnp.eye(n, dtype=q.dtype)
             cols = jax.vmap(lambda e: regressor(q, zero, e) - gravity)(eye)  # (j, i, k)
-            return jnp.transpose(cols, (1, 0, 2)), bias
+            upper = jnp.stack([cols[j, i] for i in range(n) for j in range(i, n)])  # M_ij, i <= j
+            return upper, bias
 
-        mass, bias = jax.jit(jax.vmap(mass_bias))(data.q, data.qd)
-        return BaseFeatures(*data, mass=mass, bias=bias)
+        mass, bias = jax.jit(jax.vmap(mass_bias))(q, qd)
+        return {"mass": mass, "bias": bias}
 
     def check(self, data) -> None:
         """Raise ``ValueError`` if ``data`` cannot condition this model."""
@@ -562,21 +633,23 @@ class IdentifiableModel:
     def _qdd_features(self, sample, batch: BaseFeatures) -> Array:
         """Accelerations (N, n) ``M(q)^-1 (tau - h)`` from the features, ``M = sum_k beta_k M_k``."""
         beta = self.beta(sample)
-        dtype = batch.q.dtype
+        n, dtype = self.robot.n, batch.q.dtype
         s = {k: jnp.asarray(v, dtype) for k, v in sample.items()}
-        tau = jax.vmap(lambda t, q, qd: self.actuator.torque(s, t, q, qd))(
-            batch.tau, batch.q, batch.qd
-        )
-        M = jnp.einsum("sijk,k->sij", batch.mass, beta)
-        rhs = tau - jnp.einsum("sik,k->si", batch.bias, beta)
-        return spd_solve(M, rhs)
+        tau = self.actuator.torque_joint_major(s, batch.tau.T, batch.q.T, batch.qd.T)  # (n, N)
+        upper = iter(batch.mass.contract(beta))
+        M = [[None] * n for _ in range(n)]
+        for i in range(n):
+            for j in range(i, n):
+                M[i][j] = M[j][i] = next(upper)
+        h = batch.bias.contract(beta)
+        return jnp.stack(_spd_solve_rows(M, [tau[i] - h[i] for i in range(n)])).T  # (N, n)
 
     def _tau_features(self, sample, batch: BaseFeatures) -> Array:
         """Commanded efforts (N, n): the actuator's inverse of ``Y_b beta``."""
         beta = self.beta(sample)
         dtype = batch.q.dtype
         s = {k: jnp.asarray(v, dtype) for k, v in sample.items()}
-        tau = jnp.einsum("sik,k->si", batch.regressor, beta)
+        tau = jnp.stack(batch.regressor.contract(beta), axis=-1)
         return jax.vmap(lambda t, q, qd: self.actuator.command(s, t, q, qd))(tau, batch.q, batch.qd)
 
     def model(self, data: ModelData | BaseFeatures, *, subsample_size: int | None = None) -> None:
@@ -587,11 +660,12 @@ class IdentifiableModel:
         N = data.q.shape[0]
         features = isinstance(data, BaseFeatures)
         with numpyro.plate("data", N, subsample_size=subsample_size) as idx:
-            batch = (
-                data
-                if subsample_size is None
-                else type(data)(*(None if x is None else x[idx] for x in data))
-            )
+            if subsample_size is None:
+                batch = data
+            elif features:
+                batch = data.take(idx)
+            else:
+                batch = type(data)(*(x[idx] for x in data))
             if self.source.spec.likelihood == "forward":
                 if features:
                     pred = self._qdd_features(sample, batch)
@@ -703,23 +777,32 @@ def spd_solve(M: Array, rhs: Array) -> Array:
     """``M^-1 rhs`` for a batch of small symmetric positive definite ``M`` (..., n, n), (..., n).
 
     Cholesky ``M = L L^T`` and two triangular solves unrolled over the (static, small) ``n`` as
-    elementwise operations across the batch: a batched LAPACK call per tiny matrix cost ~100x more
-    on a CPU. No pivoting is needed for positive definite ``M`` (Golub & Van Loan 2013, 4.2).
+    elementwise operations across the batch (:func:`_spd_solve_rows`): a batched LAPACK call per
+    tiny matrix cost ~100x more on a CPU.
     """
     n = M.shape[-1]
+    rows = [[M[..., i, j] for j in range(n)] for i in range(n)]
+    return jnp.stack(_spd_solve_rows(rows, [rhs[..., i] for i in range(n)]), axis=-1)
+
+
+def _spd_solve_rows(M: list, rhs: list) -> list:
+    """:func:`spd_solve` on entries: ``M[i][j]`` and ``rhs[i]`` are arrays of one batch shape;
+    returns the solution's entries. No pivoting is needed for positive definite ``M`` (Golub &
+    Van Loan 2013, 4.2)."""
+    n = len(rhs)
     L = [[None] * n for _ in range(n)]
     for j in range(n):
-        d = M[..., j, j] - sum(L[j][k] ** 2 for k in range(j))
+        d = M[j][j] - sum(L[j][k] ** 2 for k in range(j))
         L[j][j] = jnp.sqrt(d)
         for i in range(j + 1, n):
-            L[i][j] = (M[..., i, j] - sum(L[i][k] * L[j][k] for k in range(j))) / L[j][j]
+            L[i][j] = (M[i][j] - sum(L[i][k] * L[j][k] for k in range(j))) / L[j][j]
     y = []
     for i in range(n):
-        y.append((rhs[..., i] - sum(L[i][k] * y[k] for k in range(i))) / L[i][i])
+        y.append((rhs[i] - sum(L[i][k] * y[k] for k in range(i))) / L[i][i])
     x = [None] * n
     for i in reversed(range(n)):
         x[i] = (y[i] - sum(L[k][i] * x[k] for k in range(i + 1, n))) / L[i][i]
-    return jnp.stack(x, axis=-1)
+    return x
 
 
 @jax.jit

@@ -98,6 +98,23 @@ def test_viscous_and_stribeck_match_their_formulas(furuta):
             )
             expected = expected - np.sign(Q) * static
         np.testing.assert_allclose(tau, expected, rtol=1e-12, atol=1e-14)
+        # the joint-major rows (the identifiable likelihood's path): the same formula
+        rows = actuator.torque_joint_major(sample, tau_d.T, q.T, qd.T)
+        np.testing.assert_allclose(np.asarray(rows).T, expected, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["ideal", "nn-friction", "ffnn"])
+def test_joint_major_torque_is_the_torque_of_each_state(name, furuta):
+    """The default joint-major path (networks) and the ideal actuator's: column s of the (n, N)
+    result is the torque of state s."""
+    actuator = make_actuator(name, furuta, get_prior("weak"), characteristic_scales(furuta))
+    sample = handlers.seed(actuator.sample, 2)(jnp.float64)
+    q, qd = _states(furuta, 11)
+    tau_d = jax.random.normal(jax.random.key(12), q.shape, q.dtype)
+    per_state = jax.vmap(lambda t, a, b: actuator.torque(sample, t, a, b))(tau_d, q, qd)
+    rows = actuator.torque_joint_major(sample, tau_d.T, q.T, qd.T)
+    assert rows.shape == (furuta.n, q.shape[0])
+    np.testing.assert_allclose(np.asarray(rows).T, np.asarray(per_state), rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("name", ["ideal", "viscous", "stribeck", "nn-friction", "nn-residual"])

@@ -132,6 +132,28 @@ def test_prepared_features_give_the_rnea_aba_log_density(system, likelihood):
     ref, _ = log_density(m.model, (data,), {}, sample)  # ABA / RNEA per sample
     got, _ = log_density(m.model, (prepared,), {}, sample)  # M_k, h_k or Y_b features
     np.testing.assert_allclose(float(got), float(ref), rtol=1e-9)
+    # a minibatch of the features is the features of the minibatch
+    idx = jnp.array([3, 0, 17, 9])
+    part, _ = log_density(m.model, (prepared.take(idx),), {}, sample)
+    sub, _ = log_density(m.model, (ModelData(*(x[idx] for x in data)),), {}, sample)
+    np.testing.assert_allclose(float(part), float(sub), rtol=1e-9)
+    # the features keep the robot's structural nonzeros only, whatever the data: at rest
+    # (qd = 0) the velocity columns vanish from the data but stay in the layout
+    still = m.prepare(ModelData(q, jnp.zeros_like(qd), qdd, tau))
+    assert jax.tree.structure(still) == jax.tree.structure(prepared)
+    assert [v.shape[0] for v in jax.tree.leaves(still)] == [
+        v.shape[0] for v in jax.tree.leaves(prepared)
+    ]
+    n, b = robot.n, m.base.n_base
+    dense = (n * (n + 1) // 2 + n) * b if likelihood == "forward" else n * b
+    kept = sum(
+        c.size
+        for f in (prepared.mass, prepared.bias, prepared.regressor)
+        if f is not None
+        for c in f.cols
+    )
+    assert kept < dense  # structural zeros left out (cart-pole forward 8 of 20, Furuta inverse
+    # 15 of 16)
 
 
 def _linear_problem():
@@ -439,4 +461,6 @@ def test_fit_nuts_auto_metric_follows_the_model():
         num_predictive=0,
         log_likelihood=False,
     )
-    assert fit.attrs["settings"]["metric"] == "laplace-adapt" and fit.attrs["settings"]["dense_mass"]
+    assert (
+        fit.attrs["settings"]["metric"] == "laplace-adapt" and fit.attrs["settings"]["dense_mass"]
+    )
