@@ -78,7 +78,7 @@ class SparseFeatures(NamedTuple):
     cols: tuple
 
     @classmethod
-    def from_dense(cls, dense, structure=None) -> SparseFeatures:
+    def from_dense(cls, dense, structure) -> SparseFeatures:
         """From dense features (N, E, b): entry ``e`` keeps the columns ``structure[e]`` (the
         robot's structural nonzeros) and any column not exactly zero in ``dense`` (so nothing
         the dense contraction would add is dropped, and data of one robot share one layout)."""
@@ -86,8 +86,7 @@ class SparseFeatures(NamedTuple):
         values, cols = [], []
         for e in range(dense.shape[1]):
             keep = np.any(dense[:, e, :] != 0, axis=0)
-            if structure is not None:
-                keep[list(structure[e])] = True
+            keep[list(structure[e])] = True
             keep = np.flatnonzero(keep)
             values.append(jnp.asarray(np.ascontiguousarray(dense[:, e, keep].T)))
             cols.append(jnp.asarray(keep, dtype=jnp.int32))
