@@ -35,7 +35,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
-import numpyro.distributions as dist
 from numpyro.infer.hmc import hmc
 from numpyro.infer.util import potential_energy
 from scipy import stats
@@ -111,9 +110,8 @@ def _identified(model, physical: dict) -> dict[str, np.ndarray]:
 
 def _replicate_loglik(model, sample, data) -> jax.Array:
     """Log likelihood of one replicate's forward-dynamics data (features of ``model.prepare``)."""
-    pred = model._qdd_features(sample, data)
-    sigma = model.source.noise_sigma(sample, "qdd", data.q.dtype)
-    return jnp.sum(dist.Normal(pred, sigma[None, :]).log_prob(data.qdd))
+    rows = model._qdd_features(sample, data)  # (n, N)
+    return jnp.sum(model.source.noise_dist_rows(rows, sample, "qdd").log_prob(data.qdd))
 
 
 class StackedModel:

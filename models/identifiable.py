@@ -630,7 +630,8 @@ class IdentifiableModel:
         return sample
 
     def _qdd_features(self, sample, batch: BaseFeatures) -> Array:
-        """Accelerations (N, n) ``M(q)^-1 (tau - h)`` from the features, ``M = sum_k beta_k M_k``."""
+        """Accelerations joint-major (n, N), ``M(q)^-1 (tau - h)`` from the features,
+        ``M = sum_k beta_k M_k``."""
         beta = self.beta(sample)
         n, dtype = self.robot.n, batch.q.dtype
         s = {k: jnp.asarray(v, dtype) for k, v in sample.items()}
@@ -641,7 +642,7 @@ class IdentifiableModel:
             for j in range(i, n):
                 M[i][j] = M[j][i] = next(upper)
         h = batch.bias.contract(beta)
-        return jnp.stack(_spd_solve_rows(M, [tau[i] - h[i] for i in range(n)])).T  # (N, n)
+        return jnp.stack(_spd_solve_rows(M, [tau[i] - h[i] for i in range(n)]))
 
     def _tau_features(self, sample, batch: BaseFeatures) -> Array:
         """Commanded efforts (N, n): the actuator's inverse of ``Y_b beta``."""
@@ -665,11 +666,13 @@ class IdentifiableModel:
                 batch = data.take(idx)
             else:
                 batch = type(data)(*(x[idx] for x in data))
+            if self.source.spec.likelihood == "forward" and features:
+                rows = self._qdd_features(sample, batch)
+                noise = self.source.noise_dist_rows(rows, sample, "qdd")
+                numpyro.sample("obs_qdd", noise, obs=batch.qdd)
+                return
             if self.source.spec.likelihood == "forward":
-                if features:
-                    pred = self._qdd_features(sample, batch)
-                else:
-                    pred = jax.vmap(self.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
+                pred = jax.vmap(self.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
                 site, obs, key = "obs_qdd", batch.qdd, "qdd"
             else:
                 if features:

@@ -32,8 +32,14 @@ from models._sites import GaussianSite, Scales, characteristic_scales
 from models.actuators import Actuator, energy_class, make_actuator
 from models.families import Family, make_family
 from models.identifiable import identifiable_model
+from models.likelihoods import (
+    JointMajorNoise,
+    LinearStats,
+    ModelData,
+    check_data,
+    make_likelihood,
+)
 from models.likelihoods import Likelihood as LikelihoodComponent
-from models.likelihoods import LinearStats, ModelData, check_data, make_likelihood
 from models.priors import Prior, get_prior
 from models.spec import ModelSpec, variant_names
 
@@ -270,6 +276,12 @@ class BayesianModel:
         else:
             d = dist.Normal(loc, scale)
         return d.to_event(event_dims)
+
+    def noise_dist_rows(self, rows, sample, key: str) -> JointMajorNoise:
+        """The same noise around joint-major predictions ``rows`` (n, N); values are (N, n)."""
+        scale = jnp.broadcast_to(self.noise_sigma(sample, key, rows.dtype), rows.shape[:1])
+        df = self.spec.student_df if self.spec.noise == "student-t" else None
+        return JointMajorNoise(rows, scale, df)
 
     def model(self, data: ModelData | LinearStats, *, subsample_size: int | None = None) -> None:
         """The NumPyro model: latent sites, then the likelihood's observed sites ``obs_*``.

@@ -12,6 +12,7 @@ from numpyro.infer.util import log_density
 
 import bayes_nea as bn
 from models import ModelData, build_model, rollout_windows
+from models.likelihoods import JointMajorNoise
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +99,26 @@ def test_student_t_matches_scipy(furuta, data):
     expected = scipy.stats.t.logpdf(np.asarray(data.qdd), 3.0, np.asarray(pred), 0.5).sum()
     got = tr["obs_qdd"]["fn"].log_prob(data.qdd).sum()
     np.testing.assert_allclose(float(got), expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("df", [None, 3.0])
+def test_joint_major_noise_matches_scipy(df):
+    """The identifiable forward likelihood's noise on (n, N) prediction rows: per-sample log
+    densities (summed over joints) as scipy's on the (N, n) values; draws are (N, n) with the
+    rows' means and the scales' spread."""
+    rng = np.random.default_rng(0)
+    rows, scale = rng.standard_normal((2, 40)), np.array([0.3, 2.0])
+    value = rng.standard_normal((40, 2))
+    noise = JointMajorNoise(jnp.asarray(rows), jnp.asarray(scale), df)
+    assert noise.batch_shape == (40,) and noise.event_shape == (2,)
+    ref = scipy.stats.norm if df is None else scipy.stats.t(df)
+    expected = ref.logpdf((value - rows.T) / scale).sum(axis=1) - np.log(scale).sum()
+    np.testing.assert_allclose(np.asarray(noise.log_prob(jnp.asarray(value))), expected, rtol=1e-12)
+    draws = np.asarray(noise.sample(jax.random.key(1), (4000,)))
+    assert draws.shape == (4000, 40, 2)
+    np.testing.assert_allclose(draws.mean(0), rows.T, atol=0.1 * scale.max())
+    spread = np.median(np.abs(draws - rows.T), axis=(0, 1))  # median absolute deviation
+    np.testing.assert_allclose(spread, scale * ref.ppf(0.75), rtol=0.05)
 
 
 def test_subsampling_scales_the_likelihood(furuta, data):
