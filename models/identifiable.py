@@ -666,21 +666,21 @@ class IdentifiableModel:
                 batch = data.take(idx)
             else:
                 batch = type(data)(*(x[idx] for x in data))
-            if self.source.spec.likelihood == "forward" and features:
-                rows = self._qdd_features(sample, batch)
-                noise = self.source.noise_dist_rows(rows, sample, "qdd")
-                numpyro.sample("obs_qdd", noise, obs=batch.qdd)
-                return
             if self.source.spec.likelihood == "forward":
-                pred = jax.vmap(self.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
-                site, obs, key = "obs_qdd", batch.qdd, "qdd"
+                if features:  # predictions joint-major (n, N), the noise on those rows
+                    rows = self._qdd_features(sample, batch)
+                    noise = self.source.noise_dist_rows(rows, sample, "qdd")
+                else:
+                    pred = jax.vmap(self.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
+                    noise = self.source.noise_dist(pred, sample, "qdd", 1)
+                numpyro.sample("obs_qdd", noise, obs=batch.qdd)
             else:
                 if features:
                     pred = self._tau_features(sample, batch)
                 else:
                     pred = jax.vmap(self.tau_fn(sample))(batch.q, batch.qd, batch.qdd)
-                site, obs, key = "obs_tau", batch.tau, "tau"
-            numpyro.sample(site, self.source.noise_dist(pred, sample, key, 1), obs=obs)
+                noise = self.source.noise_dist(pred, sample, "tau", 1)
+                numpyro.sample("obs_tau", noise, obs=batch.tau)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -268,20 +268,24 @@ class BayesianModel:
         site = next(s for s in self.noise_sites if s.name == "log_sigma_" + key)
         return jnp.exp(site.value(sample)).astype(dtype)
 
+    @property
+    def noise_df(self) -> float | None:
+        """Degrees of freedom of Student-t noise; None for Normal noise."""
+        return self.spec.student_df if self.spec.noise == "student-t" else None
+
     def noise_dist(self, loc, sample, key: str, event_dims: int):
         """The observation noise around ``loc`` for signal ``key`` (Normal or Student-t)."""
         scale = jnp.broadcast_to(self.noise_sigma(sample, key, loc.dtype), loc.shape)
-        if self.spec.noise == "student-t":
-            d = dist.StudentT(jnp.asarray(self.spec.student_df, loc.dtype), loc, scale)
-        else:
+        if self.noise_df is None:
             d = dist.Normal(loc, scale)
+        else:
+            d = dist.StudentT(jnp.asarray(self.noise_df, loc.dtype), loc, scale)
         return d.to_event(event_dims)
 
     def noise_dist_rows(self, rows, sample, key: str) -> JointMajorNoise:
         """The same noise around joint-major predictions ``rows`` (n, N); values are (N, n)."""
         scale = jnp.broadcast_to(self.noise_sigma(sample, key, rows.dtype), rows.shape[:1])
-        df = self.spec.student_df if self.spec.noise == "student-t" else None
-        return JointMajorNoise(rows, scale, df)
+        return JointMajorNoise(rows, scale, self.noise_df)
 
     def model(self, data: ModelData | LinearStats, *, subsample_size: int | None = None) -> None:
         """The NumPyro model: latent sites, then the likelihood's observed sites ``obs_*``.
