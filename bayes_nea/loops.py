@@ -1,4 +1,5 @@
-"""``lax.scan`` over dynamics that XLA's CPU backend compiles kernel by kernel.
+"""Loops and XLA's CPU backend: a ``lax.scan`` compiled kernel by kernel, a call compiled as one
+function.
 
 XLA's CPU compiler turns every ``while`` loop that holds no sort, scatter, custom call or
 collective into a single function ("small while loop hoisting", applied whatever the loop's size
@@ -14,6 +15,9 @@ through a custom VJP, in the backward loop of a gradient. The added zero changes
 same effect for a whole process: ``XLA_FLAGS=--xla_backend_extra_options=
 xla_cpu_small_while_loop_byte_threshold=0`` (which also covers loops outside bayes-nea, e.g.
 NumPyro's NUTS).
+
+:func:`one_function` uses the same pass the other way: one state's dynamics, a few thousand
+scalar operations, run faster as one function than as hundreds of kernel launches.
 """
 
 from __future__ import annotations
@@ -79,3 +83,31 @@ def scan(
     guard = jnp.zeros((), jnp.result_type(*floats) if floats else float)
     (carry, _), ys = jax.lax.scan(body, (init, guard), xs, length=length)
     return carry, ys
+
+
+def one_function(fn: Callable, *args):
+    """``fn(*args)`` compiled by XLA's CPU backend as one function instead of kernel by kernel.
+
+    The call sits in a ``while`` loop of one trip that the hoisting pass above turns into a
+    single function: one state's dynamics then pay one call instead of a few hundred kernel
+    launches (Panda ABA, one state: ~840 kernels; docs/dynamics-speed.md). The trip count passes
+    through an ``optimization_barrier`` so that XLA neither removes the loop nor hoists its body
+    (every input is carried, moved by ``0 * output``, so no part of ``fn`` is loop invariant). For
+    forward evaluation of small programs only: reverse-mode differentiation does not pass a
+    ``while`` loop, and a batched body is better compiled kernel by kernel (:func:`scan`).
+    """
+    out = jax.eval_shape(fn, *args)
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), out)
+    trips = jax.lax.optimization_barrier(jnp.int32(1))
+
+    def body(carry):
+        i, inputs, _ = carry
+        result = fn(*inputs)
+        first = [jnp.ravel(x)[0] for x in jax.tree.leaves(result) if jnp.size(x)]
+        nudge = 0.0 * first[0] if first else jnp.zeros(())
+        return i + 1, _add_to_floats(inputs, nudge), result
+
+    _, _, result = jax.lax.while_loop(
+        lambda carry: carry[0] < trips, body, (jnp.int32(0), args, zeros)
+    )
+    return result

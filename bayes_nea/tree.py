@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_nea import spatial_pairs as sv
+from bayes_nea.loops import one_function
 from bayes_nea.robot import Robot, RobotParams
 
 
@@ -26,14 +27,41 @@ def traced_once(algorithm: Callable) -> Callable:
     dynamics of an RK4 step; XLA inlines it, so the compiled program is the same. The element by
     element algorithms are long jaxprs: this keeps their tracing cost off every call
     (docs/dynamics-speed.md).
+
+    A call from outside any transformation on one state (concrete arrays, ``q`` of shape (n,))
+    runs a second program, :func:`bayes_nea.loops.one_function` of the algorithm: one compiled
+    function instead of a few hundred kernels, for users who evaluate single states (a
+    controller's loop); measured in docs/dynamics-speed.md. Under ``jit``, ``grad`` or ``vmap``
+    the arguments are tracers and the kernel-by-kernel program is used.
     """
     jitted = jax.jit(algorithm, static_argnums=0)
+    single = jax.jit(
+        lambda robot, *args, **kwargs: one_function(
+            lambda *a: algorithm(robot, *a[: len(args)], **a[len(args)]), *args, kwargs
+        ),
+        static_argnums=0,
+    )
 
     @functools.wraps(algorithm)
     def call(robot, *args, **kwargs):
+        if _concrete_single_state(args, kwargs):
+            return single(robot, *args, **kwargs)
         return jitted(robot, *args, **kwargs)
 
     return call
+
+
+def _concrete_single_state(args: tuple, kwargs: dict) -> bool:
+    """Whether the state arguments hold one state (``q`` of shape (n,)) and no argument is traced
+    (the call is outside ``jit``, ``grad``, ``vmap``, ...). Numpy arrays, the usual single-state
+    input, are recognised first: this runs on every call."""
+    if not args or np.ndim(args[0]) != 1:
+        return False
+    tracer = jax.core.Tracer
+    for x in args:
+        if type(x) is not np.ndarray and isinstance(x, tracer):
+            return False
+    return not kwargs or not any(isinstance(x, tracer) for x in jax.tree.leaves(kwargs))
 
 
 def resolve(robot: Robot, params: RobotParams | None, *arrays) -> tuple[RobotParams, Any]:

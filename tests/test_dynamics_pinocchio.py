@@ -86,6 +86,23 @@ def test_joint_torque_regressor(reference, states, batched):
         assert_close(ours[k], Y)
 
 
+def test_single_state_calls_match_pinocchio(reference, states):
+    """A direct call on one state runs the one-function program (``loops.one_function``)."""
+    robot, model, data = reference.robot, reference.model, reference.data
+    q, qd, qdd = states
+    for k in range(2):
+        qp = reference.q_pin(q[k])
+        tau = pin.rnea(model, data, qp, qd[k], qdd[k])
+        assert_close(bn.rnea(robot, q[k], qd[k], qdd[k]), tau)
+        assert_close(bn.aba(robot, q[k], qd[k], tau), pin.aba(model, data, qp, qd[k], tau))
+        M = pin.crba(model, data, qp)
+        assert_close(bn.crba(robot, q[k]), np.triu(M) + np.triu(M, 1).T)
+        assert_close(
+            bn.joint_torque_regressor(robot, q[k], qd[k], qdd[k]),
+            pin.computeJointTorqueRegressor(model, data, qp, qd[k], qdd[k]),
+        )
+
+
 def test_bias_gravity_energy_and_coriolis(reference, states):
     robot, model, data = reference.robot, reference.model, reference.data
     q, qd, _ = states

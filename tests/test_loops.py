@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bayes_nea.loops import scan
+from bayes_nea.loops import one_function, scan
 
 
 def body(carry, x):
@@ -56,3 +56,29 @@ def test_loops_stay_loops_of_kernels_forward_and_backward():
     assert small_calls(lambda a, xs: run(scan, a, xs)[3], a, xs) == 0
     assert small_calls(jax.grad(lambda a, xs: loss(scan, a, xs)), a, xs) == 0
     assert small_calls(jax.vmap(lambda a: run(scan, a, xs)[3]), jnp.ones(4)) == 0
+
+
+def entry_kernels(fn, *args) -> int:
+    """Fusions (kernels) launched by the entry computation of the compiled ``fn``."""
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    return text[text.index("ENTRY") :].count(" fusion(")
+
+
+def test_one_function_compiles_one_function_with_the_same_values():
+    def staged(x, y):  # ten stages: ten kernels or more when compiled as it stands
+        for _ in range(10):
+            x = jax.lax.optimization_barrier(jnp.sin(x) * y)
+        return {"x": x, "sum": x.sum() + y}
+
+    x, y = jnp.linspace(0.1, 1.0, 5), jnp.asarray(1.5)
+    once = jax.jit(lambda x, y: one_function(staged, x, y))
+    ref = staged(x, y)
+    out = once(x, y)
+    for k in ref:
+        np.testing.assert_allclose(np.asarray(out[k]), np.asarray(ref[k]), rtol=1e-15, atol=0)
+    assert entry_kernels(staged, x, y) >= 10
+    assert small_calls(lambda x, y: one_function(staged, x, y), x, y) == 1
+    assert entry_kernels(lambda x, y: one_function(staged, x, y), x, y) <= 3
+    # the one trip runs whatever the values: a NaN input gives NaN where it reaches, not zeros
+    out = once(x.at[0].set(jnp.nan), y)
+    assert np.isnan(np.asarray(out["x"])[0]) and np.isfinite(np.asarray(out["x"])[1:]).all()
