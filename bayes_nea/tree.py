@@ -35,12 +35,12 @@ def traced_once(algorithm: Callable) -> Callable:
     the arguments are tracers and the kernel-by-kernel program is used.
     """
     jitted = jax.jit(algorithm, static_argnums=0)
-    single = jax.jit(
-        lambda robot, *args, **kwargs: one_function(
-            lambda *a: algorithm(robot, *a[: len(args)], **a[len(args)]), *args, kwargs
-        ),
-        static_argnums=0,
-    )
+
+    def as_one_function(robot, *args, **kwargs):
+        n = len(args)  # one_function takes positional arguments: the keywords go as one dict
+        return one_function(lambda *a: algorithm(robot, *a[:n], **a[n]), *args, kwargs)
+
+    single = jax.jit(as_one_function, static_argnums=0)
 
     @functools.wraps(algorithm)
     def call(robot, *args, **kwargs):
