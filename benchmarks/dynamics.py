@@ -64,6 +64,15 @@ def best_single_us(fn, inputs, repeats: int) -> float:
     return min(single_call_us(fn, inputs) for _ in range(repeats))
 
 
+def library_single_call(algorithm, robot, inputs, repeats: int) -> tuple[float, float]:
+    """(first call s, best us per call) of the library function called on one state at a time,
+    as a user calls it (no keyword arguments): the one-function program."""
+    call = functools.partial(algorithm, robot)
+    start = time.perf_counter()
+    jax.block_until_ready(call(*(x[0] for x in inputs)))
+    return time.perf_counter() - start, best_single_us(call, inputs, repeats)
+
+
 def sync_dispatch_single_us(args) -> dict:
     """Single-call microseconds ({name: us}) measured by a child process with synchronous
     CPU dispatch (a process-wide JAX setting, so it cannot be switched on in this process)."""
@@ -130,9 +139,7 @@ def main() -> None:
     if args.sync_child:
         times = {"(trivial)": t_trivial}
         for name, (algorithm, inputs, _) in algorithms.items():
-            call = functools.partial(algorithm, robot)  # as a user calls it on one state
-            jax.block_until_ready(call(*(x[0] for x in inputs)))
-            times[name] = best_single_us(call, inputs, args.repeats)
+            times[name] = library_single_call(algorithm, robot, inputs, args.repeats)[1]
         print(json.dumps(times))
         return
     sync = sync_dispatch_single_us(args)
@@ -150,7 +157,7 @@ def main() -> None:
     print("-" * len(header))
     print(f"{'(trivial)':<10} {'':>18} {t_trivial:>10.1f} {sync['(trivial)']:>6.1f}")
     for name, (algorithm, inputs, pin_call) in algorithms.items():
-        call = functools.partial(algorithm, robot)  # as a user calls it on one state
+        call = functools.partial(algorithm, robot)
         batched = jax.jit(jax.vmap(call))
         start = time.perf_counter()
         jax.block_until_ready(batched(*inputs))
@@ -161,14 +168,10 @@ def main() -> None:
             * 1e6
         )
 
-        one = tuple(x[0] for x in inputs)
-        start = time.perf_counter()
-        jax.block_until_ready(call(*one))  # a direct call on one state: the one-function program
-        compile_single = time.perf_counter() - start
-        t_single = best_single_us(call, inputs, args.repeats)
+        compile_single, t_single = library_single_call(algorithm, robot, inputs, args.repeats)
         in_jit = jax.jit(call)
         start = time.perf_counter()
-        jax.block_until_ready(in_jit(*one))
+        jax.block_until_ready(in_jit(*(x[0] for x in inputs)))
         compile_in_jit = time.perf_counter() - start
         t_in_jit = best_single_us(in_jit, inputs, args.repeats)
 
