@@ -60,6 +60,7 @@ GEOMETRY = "identifiable"
 BASE_SITE = "base_z"
 DEFAULT_MOMENT_DRAWS = 20_000
 DEFAULT_COMPLETION_STEPS = 300
+COMPLETION_CHUNK = 64  # draws per compiled completion call (IdentifiableModel.complete)
 BASIS_STATES, BASIS_STATES_KEY = 32, 7  # states whose stacked regressor defines B(k) (no-Kin)
 
 
@@ -316,16 +317,26 @@ class IdentifiableModel:
 
     @functools.cached_property
     def completer(self):
-        """Jitted ``(keys (D,), sites {site: (D, ...)}) -> (theta (D, p), ok (D,), margin (D,))``
-        over the sites of :attr:`completion_sites`."""
+        """Jitted ``(keys (C,), sites {site: (C, ...)}) -> (theta (C, n, 10), virtual (C, n, 10),
+        ok (C,), margin (C,))`` over the sites of :attr:`completion_sites`, for chunks of
+        :data:`COMPLETION_CHUNK` draws (:meth:`complete`); theta and virtual are NaN where not
+        ok."""
         steps, reference = self.completion_steps, self.reference_theta
+        n, mu = self.robot.n, self.condition.mu.reshape(self.robot.n, 10)
 
         def one(key, sample):
             condition = self.condition_at(sample)
             beta = condition.beta(sample[BASE_SITE])
             return truncated_conditional(key, beta, condition, steps=steps, reference=reference)
 
-        return jax.jit(jax.vmap(one))
+        def chunk(keys, sites):
+            theta, ok, margin = jax.vmap(one)(keys, sites)
+            theta = jnp.where(ok[:, None], theta, jnp.nan).reshape(-1, n, 10)
+            safe = jnp.where(ok[:, None, None], theta, mu)
+            virtual = jnp.where(ok[:, None, None], _virtual(safe), jnp.nan)
+            return theta, virtual, ok, margin
+
+        return jax.jit(chunk)
 
     @property
     def completion_sites(self) -> tuple[str, ...]:
@@ -506,18 +517,28 @@ class IdentifiableModel:
             ``virtual`` are NaN there.
         """
         sites = {k: jnp.asarray(samples[k]) for k in self.completion_sites}
-        keys = jax.random.split(key, sites[BASE_SITE].shape[0])
-        theta, ok, margin = self.completer(keys, sites)
-        n = self.robot.n
-        theta = jnp.where(ok[:, None], theta, jnp.nan).reshape(-1, n, 10)
-        safe = jnp.where(ok[:, None, None], theta, self.condition.mu.reshape(n, 10))
-        virtual = _virtual(safe)
-        virtual = jnp.where(ok[:, None, None], virtual, jnp.nan)
+        D = sites[BASE_SITE].shape[0]
+        keys = jax.random.split(key, D)
+        # fixed-size chunks (the last padded with its last draw): one compiled program for any
+        # number of draws (a MAP's single draw and a chain's thousand), and a vmapped Newton /
+        # hit-and-run loop waits only for the slowest draw of its chunk
+        C = COMPLETION_CHUNK
+        pad = (-D) % C
+
+        def padded(x):
+            return jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x
+
+        keys, sites = padded(keys), {k: padded(v) for k, v in sites.items()}
+        parts = [
+            self.completer(keys[i : i + C], {k: v[i : i + C] for k, v in sites.items()})
+            for i in range(0, D + pad, C)
+        ]
+        theta, virtual, ok, margin = (np.concatenate(p)[:D] for p in zip(*parts, strict=True))
         return {
-            "theta": np.asarray(theta),
-            "virtual": np.asarray(virtual),
-            "completion_ok": np.asarray(ok),
-            "completion_margin": np.asarray(margin),
+            "theta": theta,
+            "virtual": virtual,
+            "completion_ok": ok,
+            "completion_margin": margin,
         }
 
     def sample_prior(self, key, num: int, *, dtype=None) -> tuple[dict, dict]:
@@ -578,15 +599,21 @@ class IdentifiableModel:
     def _dense_features(self, q, qd, qdd) -> dict:
         """Dense features of the likelihood, (N, E, b) each: ``{"mass": upper triangle of M_k,
         "bias": h_k}`` (forward) or ``{"regressor": Y_b}`` (inverse)."""
+        if self.source.spec.likelihood == "inverse":
+            return {"regressor": self._feature_programs["regressor"](q, qd, qdd)}
+        mass, bias = self._feature_programs["mass_bias"](q, qd)
+        return {"mass": mass, "bias": bias}
+
+    @functools.cached_property
+    def _feature_programs(self) -> dict:
+        """Jitted, vmapped feature functions of :meth:`_dense_features`, built once per model so
+        that a MAP and the NUTS run after it (each preparing the same data) compile them once."""
         robot, base = self.robot, self.base
         n = robot.n
-        params = robot.nominal.astype(q.dtype)
 
         def regressor(q, qd, qdd):
+            params = robot.nominal.astype(q.dtype)
             return base.regressor(bn.joint_torque_regressor(robot, q, qd, qdd, params=params))
-
-        if self.source.spec.likelihood == "inverse":
-            return {"regressor": jax.jit(jax.vmap(regressor))(q, qd, qdd)}
 
         def mass_bias(q, qd):
             zero = jnp.zeros_like(q)
@@ -597,8 +624,10 @@ class IdentifiableModel:
             upper = jnp.stack([cols[j, i] for i in range(n) for j in range(i, n)])  # M_ij, i <= j
             return upper, bias
 
-        mass, bias = jax.jit(jax.vmap(mass_bias))(q, qd)
-        return {"mass": mass, "bias": bias}
+        return {
+            "regressor": jax.jit(jax.vmap(regressor)),
+            "mass_bias": jax.jit(jax.vmap(mass_bias)),
+        }
 
     def check(self, data) -> None:
         """Raise ``ValueError`` if ``data`` cannot condition this model."""
