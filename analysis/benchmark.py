@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from analysis.cells import fit_cell
+from analysis.resources import release_compiled_programs
 from data.io import remove_stale_temporaries, write_json_atomic
 from models import variant_names
 
@@ -268,6 +269,9 @@ def _run_cell(
             "metrics": metrics,
         }
         write_json_atomic(path, record)
+        # a worker runs cell after cell, each with its own models: their compiled programs would
+        # pile up until the kernel's mapping limit kills the process (analysis.resources)
+        release_compiled_programs()
         return "ran", record
 
 

@@ -298,3 +298,25 @@ def test_paired_ratios_ignore_rounding_level_errors():
         for v, r in (("diffnea/ideal/informative", 1e-19), ("diffnea/ideal/weak", 1e-12))
     ]
     assert conclusions(recs)["priors"]["diffnea"]["median_ratio"] == pytest.approx(1.0)
+
+
+def test_release_compiled_programs_unmaps_them():
+    """Compiled programs hold memory mappings until JAX's caches let go of them: above the
+    threshold the helper clears the caches and the mappings go (Linux; elsewhere a no-op)."""
+    import jax
+    import jax.numpy as jnp
+
+    from analysis.resources import max_map_count, memory_map_count, release_compiled_programs
+
+    with pytest.raises(ValueError, match="fraction"):
+        release_compiled_programs(1.5)
+    if memory_map_count() is None or max_map_count() is None:
+        assert release_compiled_programs(0.0) is False
+        return
+    assert release_compiled_programs(1.0) is False  # the whole limit: never reached here
+    fns = [jax.jit(lambda x, i=i: jnp.sin(x) * i + jnp.cos(x) ** i) for i in range(40)]
+    for f in fns:
+        f(jnp.ones(3)).block_until_ready()
+    held = memory_map_count()
+    assert release_compiled_programs(0.0) is True
+    assert memory_map_count() < held  # the 40 programs are unmapped although fns holds them
