@@ -531,7 +531,7 @@ class IdentifiableModel:
         keys, sites = padded(keys), {k: padded(v) for k, v in sites.items()}
         parts = [
             self.completer(keys[i : i + C], {k: v[i : i + C] for k, v in sites.items()})
-            for i in range(0, D + pad, C)
+            for i in (range(0, D + pad, C) if D else [0])  # no draws: one empty call
         ]
         theta, virtual, ok, margin = (np.concatenate(p)[:D] for p in zip(*parts, strict=True))
         return {
