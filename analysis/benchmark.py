@@ -220,6 +220,31 @@ def read_cell(path: str | os.PathLike, *, schema: str = CELL_SCHEMA) -> dict | N
     return record
 
 
+def run_and_record(task: Callable[[], dict], path, *, schema, **fields) -> dict:
+    """Run ``task() -> metrics`` and write its record to ``path`` atomically; return the record.
+
+    The record holds ``schema``, ``fields`` (what the task is: a cell, a calibration batch, its
+    settings), ``status`` ("ok" or "error"), ``error`` (the exception's type and message),
+    ``seconds`` and ``metrics``. An exception of the task (not an interrupt) becomes a record
+    with status "error", which a resumed run retries: one failed task never stops a sweep.
+    """
+    start = time.perf_counter()
+    try:
+        metrics, status, error = task(), "ok", None
+    except Exception as err:
+        metrics, status, error = {}, "error", f"{type(err).__name__}: {err}"
+    record = {
+        "schema": schema,
+        **fields,
+        "status": status,
+        "error": error,
+        "seconds": time.perf_counter() - start,
+        "metrics": metrics,
+    }
+    write_json_atomic(path, record)
+    return record
+
+
 @contextlib.contextmanager
 def _cell_lock(path: str, *, wait: bool):
     """Hold an exclusive lock on cell ``path`` (``flock`` of the hidden ``.<id>.lock`` beside it);
@@ -253,22 +278,9 @@ def _run_cell(
         record = read_cell(path)
         if record and record["status"] == "ok" and record.get("settings") == settings:
             return "done", record
-        start = time.perf_counter()
-        try:
-            metrics = cell_fn(cell, settings)
-            status, error = "ok", None
-        except Exception as err:  # a failed cell must not stop the sweep
-            metrics, status, error = {}, "error", f"{type(err).__name__}: {err}"
-        record = {
-            "schema": CELL_SCHEMA,
-            "cell": cell,
-            "settings": settings,
-            "status": status,
-            "error": error,
-            "seconds": time.perf_counter() - start,
-            "metrics": metrics,
-        }
-        write_json_atomic(path, record)
+        record = run_and_record(
+            lambda: cell_fn(cell, settings), path, schema=CELL_SCHEMA, cell=cell, settings=settings
+        )
         # a worker runs cell after cell, each with its own models: their compiled programs would
         # pile up until the kernel's mapping limit kills the process (analysis.resources)
         release_compiled_programs()

@@ -40,9 +40,9 @@ from numpyro.infer.util import potential_energy
 from scipy import stats
 
 import bayes_nea as bn
-from analysis.benchmark import read_cell
+from analysis.benchmark import read_cell, run_and_record
 from analysis.plots import plt
-from data.io import write_atomic, write_json_atomic
+from data.io import write_atomic
 from inference import laplace_inverse_mass
 from inference.polish import polish_map_batched
 from models import ModelData, build_model
@@ -303,24 +303,15 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
 
 
 def _run_one(system, variant, batch, settings, path) -> dict:
-    start = time.perf_counter()
-    try:
-        metrics, status, error = sbc_batch(system, variant, batch, settings), "ok", None
-    except Exception as err:  # a failed replicate must not stop the run; it is retried next time
-        metrics, status, error = {}, "error", f"{type(err).__name__}: {err}"
-    record = {
-        "schema": RECORD_SCHEMA,
-        "system": system,
-        "variant": variant,
-        "batch": batch,
-        "settings": settings,
-        "status": status,
-        "error": error,
-        "seconds": time.perf_counter() - start,
-        "metrics": metrics,
-    }
-    write_json_atomic(path, record)
-    return record
+    return run_and_record(
+        lambda: sbc_batch(system, variant, batch, settings),
+        path,
+        schema=RECORD_SCHEMA,
+        system=system,
+        variant=variant,
+        batch=batch,
+        settings=settings,
+    )
 
 
 def _read(path) -> dict | None:
