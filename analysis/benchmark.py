@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from analysis.cells import fit_cell
+from analysis.cells import fit_cell, grid_dataset_options
 from analysis.resources import release_compiled_programs
 from data.io import remove_stale_temporaries, write_json_atomic
 from models import variant_names
@@ -200,6 +200,7 @@ def make_grid(
         )
     return [
         {"system": s, "dataset": d, "variant": v, "seed": k, "id": cell_id(s, d, v, k)}
+        | ({"data": grid_dataset_options(d)} if grid_dataset_options(d) else {})
         for k in seeds
         for s in systems
         for d in datasets
@@ -218,6 +219,17 @@ def read_cell(path: str | os.PathLike, *, schema: str = CELL_SCHEMA) -> dict | N
     if not isinstance(record, dict) or record.get("schema") != schema:
         return None
     return record
+
+
+def _finished(record: dict | None, cell: dict, settings: dict) -> bool:
+    """Whether ``record`` is a finished computation of ``cell`` (its dataset options included)
+    under ``settings``: kept on resume instead of computed again."""
+    return bool(
+        record
+        and record["status"] == "ok"
+        and record.get("settings") == settings
+        and record.get("cell") == cell
+    )
 
 
 def run_and_record(task: Callable[[], dict], path, *, schema, **fields) -> dict:
@@ -276,7 +288,7 @@ def _run_cell(
         if not locked:
             return "busy", None
         record = read_cell(path)
-        if record and record["status"] == "ok" and record.get("settings") == settings:
+        if _finished(record, cell, settings):
             return "done", record
         record = run_and_record(
             lambda: cell_fn(cell, settings), path, schema=CELL_SCHEMA, cell=cell, settings=settings
@@ -384,7 +396,7 @@ def run_benchmark(
     todo = []
     for cell in grid:
         record = read_cell(cells_dir / f"{cell['id']}.json")
-        if record and record["status"] == "ok" and record.get("settings") == settings_dict:
+        if _finished(record, cell, settings_dict):
             records[cell["id"]] = record
         else:
             todo.append(cell)

@@ -3,7 +3,10 @@
 Kinds (``generate_dataset(system, kind, *, seed, duration, **settings)``):
 
 - ``"uniform"``: ``q``, ``qd``, ``tau`` drawn uniformly over the state and input domain
-  (:data:`UNIFORM_DOMAIN`), ``qdd = aba(q, qd, tau)`` of the true model; no friction, no noise.
+  (:data:`UNIFORM_DOMAIN`), ``qdd = aba(q, qd, tau)`` of the true model; no friction, and no
+  noise unless ``position_noise`` / ``velocity_noise`` / ``acceleration_noise`` (sd, default 0:
+  the paper's noise-free set) add Gaussian measurement noise to the recorded ``q``, ``qd``,
+  ``qdd`` (a model that learns its noise scale has no proper posterior on noise-free data).
   Samples are independent; they are cut into episodes of ``chunk`` samples (at least 3 when
   there are 150 samples) only so that splits have units, and ``t`` is the sample index divided
   by ``rate_hz``. Trajectory kinds likewise get at least 3 episodes (:data:`MIN_EPISODES`).
@@ -56,6 +59,10 @@ UNIFORM_DOMAIN = {
 }
 """State domain of the uniform dataset (m, rad; m/s, rad/s): the cart's rail, all angles, and
 velocities beyond those the swing-up reaches. Torques span ``+-effort_limit`` (0 on the pendulum)."""
+
+MEASUREMENT_NOISE = {"position_noise": 1e-4, "velocity_noise": 1e-3, "acceleration_noise": 1e-2}
+"""Measurement noise sds of the recorded ``q``, ``qd``, ``qdd`` of the trajectories set (m or rad,
+per s, per s^2); the benchmark grid adds the same to its uniform set (``analysis.cells``)."""
 
 ENCODER_RESOLUTION = {
     "cartpole": (2.275e-5, 2 * math.pi / 4096),  # IP02 cart encoder 22.7 um; 4096-count pendulum
@@ -169,7 +176,16 @@ def _uniform_fn(system: str):
 def _uniform(system: str, *, seed: int, duration: float, settings: dict) -> Dataset:
     robot = bn.get_system(system)
     s = _check_settings(
-        "uniform", settings, {"rate_hz": DEFAULT_RATE_HZ, "chunk": 1000, **UNIFORM_DOMAIN[system]}
+        "uniform",
+        settings,
+        {
+            "rate_hz": DEFAULT_RATE_HZ,
+            "chunk": 1000,
+            **UNIFORM_DOMAIN[system],
+            "position_noise": 0.0,
+            "velocity_noise": 0.0,
+            "acceleration_noise": 0.0,
+        },
     )
     n, rate = robot.n, float(s["rate_hz"])
     total = int(round(duration * rate))
@@ -186,6 +202,13 @@ def _uniform(system: str, *, seed: int, duration: float, settings: dict) -> Data
     tau = (2.0 * unit(ku) - 1.0) * jnp.asarray(umax)[None, :]
     qdd = _uniform_fn(system)(q, qd, tau)
     q, qd, qdd, tau = (np.asarray(x, dtype=np.float64) for x in (q, qd, qdd, tau))
+    sds = [float(s[k]) for k in ("position_noise", "velocity_noise", "acceleration_noise")]
+    if any(sd < 0 or not np.isfinite(sd) for sd in sds):
+        raise ValueError(f"measurement noise sds must be finite and >= 0, got {sds}")
+    if any(sds):  # its own stream: the noise-free draws of a seed stay what they were
+        k_meas = jax.random.fold_in(jax.random.key(seed), 1)
+        meas = np.asarray(jax.random.normal(k_meas, (3, total, n), jnp.float64))
+        q, qd, qdd = (x + m * sd for x, m, sd in zip((q, qd, qdd), meas, sds, strict=True))
     chunk = int(s["chunk"])
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1 samples, got {chunk}")
@@ -206,7 +229,13 @@ def _uniform(system: str, *, seed: int, duration: float, settings: dict) -> Data
         measured=("q", "qd", "qdd", "tau"),
         estimated=(),
         synthetic=True,
-        settings={"seed": seed, "duration": duration, "friction": None, "noise": None, **s},
+        settings={
+            "seed": seed,
+            "duration": duration,
+            "friction": None,
+            "noise": "measurement" if any(sds) else None,
+            **s,
+        },
         true_params=plant_params(_rigid_plant(robot)),
         robot_description=bn.robot_to_dict(robot),
     )
@@ -305,7 +334,7 @@ def _closed_loop(
             "filter_order": DEFAULT_ORDER,
         }
     else:
-        defaults |= {"position_noise": 1e-4, "velocity_noise": 1e-3, "acceleration_noise": 1e-2}
+        defaults |= MEASUREMENT_NOISE
     s = _check_settings(kind, settings, defaults)
     rate = float(s["rate_hz"])
     count, steps = _episode_split(duration, float(s["episode_duration"]), rate)

@@ -24,6 +24,8 @@ from analysis.benchmark import (
     read_cell,
     run_benchmark,
 )
+from data.io import write_json_atomic
+from data.simulate import MEASUREMENT_NOISE
 
 pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
 
@@ -136,6 +138,29 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
     )
     assert len(again.kept) == 150 and sorted(again.ran) == sorted(run.failed)
     assert len(logged(tmp_path)) == 156 + 6
+    # a finished record of the same cell computed on other data (a uniform set before it got
+    # measurement noise: its cell carries no dataset options) is computed again
+    stale_id = cell_id("cartpole", "uniform", VARIANTS[2])
+    stale = out / "cells" / f"{stale_id}.json"
+    record = read_cell(stale)
+    assert record["cell"]["data"] == MEASUREMENT_NOISE
+    del record["cell"]["data"]
+    write_json_atomic(stale, record)
+    fourth = run_benchmark(
+        out,
+        setting="tiny",
+        systems=("cartpole",),
+        datasets=("uniform", "trajectories"),
+        variants=variants[2:3],
+        cell_fn=cell_module.cell,
+        processes=False,
+        n_workers=1,
+        progress=False,
+        rollout_seconds=0.0,
+    )
+    assert fourth.ran == (stale_id,)
+    assert fourth.kept == (cell_id("cartpole", "trajectories", VARIANTS[2]),)
+    assert read_cell(stale)["cell"]["data"] == MEASUREMENT_NOISE
     # other settings invalidate the kept cells
     third = run_benchmark(
         out,

@@ -62,6 +62,22 @@ def test_uniform_satisfies_rnea_with_true_parameters(system):
     np.testing.assert_array_equal(ds.true_params["theta"], np.asarray(robot.nominal.theta))
 
 
+def test_uniform_measurement_noise_is_added_to_the_noise_free_draws():
+    clean = data.generate_dataset("cartpole", "uniform", seed=2, duration=8.0)
+    noisy = data.generate_dataset(
+        "cartpole", "uniform", seed=2, duration=8.0, velocity_noise=0.01, acceleration_noise=0.05
+    )
+    (q0, qd0, qdd0, tau0), (q1, qd1, qdd1, tau1) = clean.arrays(), noisy.arrays()
+    np.testing.assert_array_equal(q1, q0)  # no position noise asked for
+    np.testing.assert_array_equal(tau1, tau0)  # the same states and efforts as the clean set
+    for measured, exact, sd in ((qd1, qd0, 0.01), (qdd1, qdd0, 0.05)):
+        err = (measured - exact).ravel()  # 4,000 draws: sd within 5 %, mean within 4 se
+        assert abs(err.std() / sd - 1.0) < 0.05 and abs(err.mean()) < 4 * sd / np.sqrt(err.size)
+    assert clean.settings["noise"] is None and noisy.settings["noise"] == "measurement"
+    with pytest.raises(ValueError, match="noise sds must be finite and >= 0"):
+        data.generate_dataset("cartpole", "uniform", seed=0, acceleration_noise=-1.0)
+
+
 def test_trajectories_reproduce_bit_for_bit(trajectories):
     ds, _ = trajectories
     again = data.generate_dataset("cartpole", "trajectories", seed=3, **SHORT)
