@@ -105,7 +105,6 @@ def data_seed(cell: dict, base: int) -> int:
     return int(digest[:8], 16)
 
 
-@functools.lru_cache(maxsize=8)
 def grid_dataset_options(kind: str) -> dict:
     """Generator options of the grid's ``kind`` datasets beyond their defaults (stored in each
     cell, so that a record computed on other data is not kept): the uniform set gets the
@@ -117,6 +116,7 @@ def grid_dataset_options(kind: str) -> dict:
     return dict(MEASUREMENT_NOISE) if kind == "uniform" else {}
 
 
+@functools.lru_cache(maxsize=8)
 def cell_data(
     system: str,
     kind: str,
