@@ -109,7 +109,8 @@ SETTINGS = {
         horizons=(0.1, 0.4),
         controller_seconds=0.0,
     ),
-    # ~3 h per dataset seed on 2 cores, not yet the 45 minutes of issue 13 (docs/measurements.md)
+    # ~2.4 h per dataset seed on 2 cores (measured, 156 cells), not yet the 45 minutes of issue 13
+    # (docs/measurements.md)
     "quick": BenchmarkSettings(name="quick", seeds=(0, 1, 2)),
     "full": BenchmarkSettings(
         name="full",
