@@ -27,7 +27,14 @@ import xarray as xr
 import bayes_nea as bn
 import data
 import data.io as dio
-from analysis.benchmark import CELL_SCHEMA, _cell_lock, cell_id, get_settings, run_benchmark
+from analysis.benchmark import (
+    CELL_SCHEMA,
+    _cell_lock,
+    cell_id,
+    get_settings,
+    make_grid,
+    run_benchmark,
+)
 from analysis.workflows import check_controller_result, rollout_result
 from cli.check_controller import finite_or_null
 from cli.main import main
@@ -1073,7 +1080,9 @@ def test_a_run_waits_for_a_cell_another_run_holds(tmp_path, monkeypatch):
     monkeypatch.setenv("BAD_INPUT_CELL_LOG", str(tmp_path / "log.txt"))
     out = tmp_path / "bench"
     (out / "cells").mkdir(parents=True)
-    held = cell_id("cartpole", "uniform", "v0/a/p")
+    held_cell = make_grid(systems=("cartpole",), datasets=("uniform",), variants=("v0/a/p",))[0]
+    held = held_cell["id"]
+    assert held == cell_id("cartpole", "uniform", "v0/a/p")
     path = str(out / "cells" / f"{held}.json")
     settings = get_settings("tiny").to_dict()
     result = {}
@@ -1101,13 +1110,7 @@ def test_a_run_waits_for_a_cell_another_run_holds(tmp_path, monkeypatch):
         time.sleep(0.5)  # the run computed the other cell and now waits for ours
         record = {
             "schema": CELL_SCHEMA,
-            "cell": {
-                "system": "cartpole",
-                "dataset": "uniform",
-                "variant": "v0/a/p",
-                "seed": 0,
-                "id": held,
-            },
+            "cell": held_cell,  # the grid's own cell: a uniform cell carries dataset options
             "settings": settings,
             "status": "ok",
             "error": None,
