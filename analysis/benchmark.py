@@ -199,9 +199,10 @@ def make_grid(
         raise ValueError(
             "the grid is empty: give at least one system, dataset kind, variant and seed"
         )
+    options = {d: grid_dataset_options(d) for d in datasets}
     return [
         {"system": s, "dataset": d, "variant": v, "seed": k, "id": cell_id(s, d, v, k)}
-        | ({"data": grid_dataset_options(d)} if grid_dataset_options(d) else {})
+        | ({"data": options[d]} if options[d] else {})
         for k in seeds
         for s in systems
         for d in datasets

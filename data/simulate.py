@@ -182,9 +182,7 @@ def _uniform(system: str, *, seed: int, duration: float, settings: dict) -> Data
             "rate_hz": DEFAULT_RATE_HZ,
             "chunk": 1000,
             **UNIFORM_DOMAIN[system],
-            "position_noise": 0.0,
-            "velocity_noise": 0.0,
-            "acceleration_noise": 0.0,
+            **dict.fromkeys(MEASUREMENT_NOISE, 0.0),
         },
     )
     n, rate = robot.n, float(s["rate_hz"])
@@ -202,7 +200,7 @@ def _uniform(system: str, *, seed: int, duration: float, settings: dict) -> Data
     tau = (2.0 * unit(ku) - 1.0) * jnp.asarray(umax)[None, :]
     qdd = _uniform_fn(system)(q, qd, tau)
     q, qd, qdd, tau = (np.asarray(x, dtype=np.float64) for x in (q, qd, qdd, tau))
-    sds = [float(s[k]) for k in ("position_noise", "velocity_noise", "acceleration_noise")]
+    sds = [float(s[k]) for k in MEASUREMENT_NOISE]  # q, qd, qdd
     if any(sd < 0 or not np.isfinite(sd) for sd in sds):
         raise ValueError(f"measurement noise sds must be finite and >= 0, got {sds}")
     if any(sds):  # its own stream: the noise-free draws of a seed stay what they were
