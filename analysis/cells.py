@@ -22,7 +22,8 @@ The posterior of a cell (:func:`fit_posterior`) is the library's own path for it
   :func:`models.nea_posterior` (tested against it in ``tests/test_models_identification.py``);
 - variants with networks: ``fit_svi``'s ensemble of MAPs from prior draws, early-stopped and
   noise-calibrated on the validation episodes (issue 11); converged when every member stopped on
-  its validation minimum.
+  its validation minimum and at least two members did not fail (``inference.svi.
+  MEMBER_SCORE_GAP``: with one, the band holds no uncertainty about the weights).
 
 ``fit_cell(cell, settings) -> metrics`` (JSON-able) is the default cell function of
 :func:`analysis.benchmark.run_benchmark`; :func:`score_fit` computes:
@@ -231,19 +232,30 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
         converged = bool(conv.get("converged"))
         still = any(np.max(k) >= int(settings["svi_steps"]) for k in kept)
         patience = (fit.attrs["settings"].get("validation") or {}).get("patience")
-        return fit, {
-            "method": fit.attrs["settings"]["guide"],
-            "converged": converged,
-            "reason": None
-            if converged
-            else "a member still improved at the last step"
+        reasons = [] if converged else [
+            "a member still improved at the last step"
             if still
             else f"a member's best validation score was fewer than {patience} checks before "
             "the last step (not yet stopped)"
             if kept
-            else "the loss or gradient test failed",
+            else "the loss or gradient test failed"
+        ]
+        weights = np.asarray(fit.attrs["ensemble"]["weights"])
+        members = int(np.count_nonzero(weights))
+        if members < 2:  # the other members failed (inference.svi.MEMBER_SCORE_GAP)
+            reasons.append(
+                f"{members} of {weights.size} members did not fail on the validation episodes: "
+                "the band holds no uncertainty about the network weights"
+            )
+        calibration = fit.attrs["ensemble"].get("noise_calibration") or {}
+        return fit, {
+            "method": fit.attrs["settings"]["guide"],
+            "converged": not reasons,
+            "reason": "; ".join(reasons) or None,
             "attempts": 1,
             "kept_steps": kept,
+            "members_weighted": members,
+            "member_validation_nll": calibration.get("member_validation_nll"),
         }
     svi = fit_svi(bm, md, polish=True, **svi_args)  # a checked MAP (Newton): the Laplace metric
     map_converged = bool((svi.attrs.get("convergence") or {}).get("converged"))

@@ -323,13 +323,15 @@ def write_report(
         f"summed cell time {total_cell:.0f} s.",
         "",
         "Posteriors (`posterior` column): `nuts` for white-box variants without networks and "
-        "NEA, `ensemble` (early-stopped MAPs from prior draws, noise calibrated on the "
+        "NEA, `ensemble` (early-stopped MAPs from prior draws; members whose validation "
+        "negative log-likelihood is more than 1 nat per scalar above the best member's are "
+        "failed optimisations with weight 0, the others equal weights; noise calibrated on the "
         "validation episodes) for variants with networks, `laplace+psis` (the Laplace "
         "approximation at the MAP, corrected by Pareto-smoothed importance resampling) for "
         "learned kinematics where the setting says so. Not converged means: NUTS with "
         "divergences, R-hat above 1.01 or bulk ESS below the setting's `min_ess` after its "
         "re-runs; an ensemble with a member not stopped on its validation minimum by the last "
-        "step; a Laplace fit whose MAP "
+        "step, or with fewer than two members left; a Laplace fit whose MAP "
         "is not a checked stationary point or whose importance weights' Pareto k is above "
         "`min(1 - 1/log10(S), 0.7)`.",
         "",

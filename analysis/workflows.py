@@ -287,10 +287,12 @@ def check_tracking_result(
         members = result.ensemble_members()
         if members is None:
             inverse = bm.tau_fn(posterior_mean_sample(samples))
-        else:  # an ensemble's mean model averages its members' torques, not their weights
-            count = len(next(iter(members.values())))
-            fns = [bm.tau_fn({k: v[i] for k, v in members.items()}) for i in range(count)]
-            inverse = lambda q, qd, qdd: jnp.mean(jnp.stack([f(q, qd, qdd) for f in fns]), 0)
+        else:  # an ensemble's mean model: its members' torques averaged by mixture weight
+            weights = jnp.asarray(result.ensemble_weights())
+            fns = [bm.tau_fn({k: v[i] for k, v in members.items()}) for i in range(len(weights))]
+            inverse = lambda q, qd, qdd: jnp.tensordot(
+                weights, jnp.stack([f(q, qd, qdd) for f in fns]), axes=1
+            )
     else:
         inverse = rigid_body_inverse(robot)
     q0, qd0, qdd0 = (jnp.asarray(x, float) for x in reference(jnp.asarray(0.0)))

@@ -31,7 +31,8 @@ def raw_key(key) -> tuple[jax.Array, int | None]:
 
 def point_values(result, latent_sites) -> dict:
     """Posterior mean of each latent site of a ``FitResult`` (a starting point), constrained space;
-    for an ensemble its first member (the mean of several modes' weights is no network of any).
+    for an ensemble its member of largest mixture weight (the mean of several modes' weights is
+    no network of any).
 
     Raises:
         ValueError: the result lacks some of the model's latent sites.
@@ -42,8 +43,10 @@ def point_values(result, latent_sites) -> dict:
         raise ValueError(
             f"cannot initialise from a {result.variant!r} result: it lacks the sites {missing}"
         )
-    if result.ensemble_members() is not None:
-        return {k: samples[k][0] for k in latent_sites}
+    members = result.ensemble_members()
+    if members is not None:  # an ensemble: its member of largest weight (one mode, not a mean)
+        best = int(np.argmax(result.ensemble_weights()))
+        return {k: members[k][best] for k in latent_sites}
     return {k: jnp.mean(samples[k], axis=0) for k in latent_sites}
 
 

@@ -335,14 +335,21 @@ class FitResult:
         return int(self.idata["posterior"].sizes["draw"])
 
     def ensemble_members(self) -> dict[str, jax.Array] | None:
-        """An ensemble fit's distinct members ``{site: (R, ...)}`` (``fit_svi(guide="ensemble")``:
-        draw i is member i % R), else None. Average the members' *predictions*, never their
-        weights: each member is its own mode."""
-        info = self.attrs.get("ensemble")
-        if not info:
+        """An ensemble fit's kept members ``{site: (R, ...)}`` (``fit_svi(guide="ensemble")``,
+        group ``ensemble``), else None. Average the members' *predictions* (weighted by
+        :meth:`ensemble_weights`), never their weights: each member is its own mode."""
+        if "ensemble" not in self.idata.children:
             return None
-        count = len(info["kept"])
-        return {k: v[:count] for k, v in self.posterior_samples().items()}
+        group = self.idata["ensemble"]
+        return {s: jnp.asarray(group[stored_name(s)].values) for s in self.latent_sites}
+
+    def ensemble_weights(self) -> np.ndarray | None:
+        """The mixture weight of each of :meth:`ensemble_members` (R,) (stacking weights fitted
+        on the validation data; equal without), else None. The draws carry them rounded
+        (``attrs["ensemble"]["draw_member"]``)."""
+        if "ensemble" not in self.idata.children:
+            return None
+        return np.asarray(self.idata["ensemble"]["weight"].values)
 
     def posterior_samples(self, *, group_by_chain: bool = False) -> dict[str, jax.Array]:
         """Latent sites ``{site name: (C * D, ...)}`` (or ``(C, D, ...)`` when grouped by chain).

@@ -5,10 +5,10 @@ optimiser. Steps run as a compiled ``lax.scan`` of ``chunk_size`` updates (about
 ``SVI.run``'s Python loop, docs/stack.md); progress and non-finite losses are checked between
 chunks. Guides: ``"delta"`` (MAP, ``AutoDelta``), ``"normal"`` (mean field, ``AutoNormal``),
 ``"mvn"`` (full-rank Gaussian), ``"lowrank"`` (low-rank plus diagonal Gaussian) and
-``"ensemble"`` (MAPs from several prior draws, an equal-weight mixture); the default ``"auto"``
-is ``"ensemble"`` for models with networks (a posterior over their weights, so their bands have
-width; :func:`default_guide` says why) and ``"delta"`` otherwise (white-box models go on to
-NUTS). Gaussian guides start at the MAP (an ``AutoDelta`` fit of ``map_steps`` steps, or
+``"ensemble"`` (MAPs from several prior draws, a mixture of those that did not fail); the
+default ``"auto"`` is ``"ensemble"`` for models with networks (a posterior over their weights,
+so their bands have width; :func:`default_guide` says why) and ``"delta"`` otherwise
+(white-box models go on to NUTS). Gaussian guides start at the MAP (an ``AutoDelta`` fit of ``map_steps`` steps, or
 ``init``) with a small ``init_scale``: their default of 0.1 does not converge against posterior
 spreads of ~0.003. With ``validation`` data every stage stops early (``inference.early_stopping``).
 """
@@ -47,7 +47,7 @@ from inference._state import state_from_dataset, state_to_dataset
 from inference._validate import check_choice, check_positive_int, fit_inputs
 from inference.early_stopping import EarlyStopping, heldout_log_likelihood, heldout_nll
 from inference.polish import polish_map, polish_map_batched
-from inference.result import FitResult, build_idata, trace_sites
+from inference.result import FitResult, build_idata, stored_name, trace_sites
 
 GUIDES = ("auto", "delta", "normal", "mvn", "lowrank", "ensemble")
 OPTIMIZERS = {
@@ -198,7 +198,8 @@ def default_guide(bayes_model) -> str:
     (Lakshminarayanan et al. 2017) fits a MAP from each of ``restarts`` prior draws (4 by
     default) in one vmapped program, each stopped on its own validation minimum where
     ``validation`` is given; the posterior is their equal-weight mixture, a Bayesian model
-    average over modes (Wilson & Izmailov 2020). Why not the low-rank Gaussian around one MAP
+    average over modes (Wilson & Izmailov 2020), less the members that failed
+    (:func:`_calibrate_noise`). Why not the low-rank Gaussian around one MAP
     (``"lowrank"``, the default before): its scales start at ``init_scale`` (1e-3) and Adam moves
     them by about the learning rate per step, so in a few thousand steps a weight's sd stays near
     1e-3, and where the held-out error is the network's own (it generalises worse than it fits)
@@ -468,29 +469,42 @@ def _profile_noise(bayes_model, data, members: dict) -> tuple[dict, list]:
     return out, [r._asdict() for r in reports]
 
 
-def _calibrate_noise(bayes_model, val_data, num_obs: int, members: dict) -> tuple[dict, dict]:
-    """Scale every member's noise scales by one factor per noise element (e.g. per joint),
-    chosen to maximise the equal-weight mixture's log predictive density of the validation data.
+MEMBER_SCORE_GAP = 1.0
+"""Nats per observed scalar by which an ensemble member's validation negative log-likelihood may
+exceed the best member's before the member counts as a failed optimisation and gets no weight
+(for Gaussian errors: a residual variance about ``e^2`` = 7.4x the best member's)."""
 
-    A member's noise scales are its training residual's (:func:`_profile_noise`); a network
-    stopped at its validation minimum errs more on episodes it has not seen, and the disagreement
-    of a few members stands in for the weight posterior only roughly: measured on Furuta
-    ``ffnn`` (trajectories), training-residual noise gave held-out 90 % bands covering 0.87 /
-    0.79. The factors are fitted on the validation episodes by the logarithmic score (a proper
-    scoring rule, the criterion stacking uses; Yao et al. 2018), one optimisation of a few
-    numbers. ``members``: ``{latent site: (R, ...)}``. Returns ``(members, record)``:
-    ``record`` holds ``factor`` per noise site and the
-    validation negative log predictive density per observed scalar (``num_obs``) before and
-    after.
+
+def _calibrate_noise(bayes_model, val_data, num_obs: int, members: dict) -> tuple[dict, dict]:
+    """Weigh the members and scale their noise by one factor per noise element (e.g. per joint)
+    to maximise the mixture's log predictive density of the validation data.
+
+    Weights: members whose own validation negative log-likelihood per observed scalar exceeds
+    the best member's by more than :data:`MEMBER_SCORE_GAP` get weight 0 (an optimisation that
+    ended in a bad mode: cart-pole hardware-like ``diffnea/nn-residual/weak``, one member at 2.67
+    against 12.9-51.5, whose equal-weight mixture gave held-out NMSE 1.57), the others equal
+    weights (the deep ensemble). Stacking weights (Yao et al. 2018), fitted on the one
+    validation episode, put 0.87 on one of four members of equal quality (cart-pole ``ffnn``,
+    validation NLL 2.65-2.92): they collapse the mixture's spread, so they are not used.
+
+    Noise: a member's noise scales are its training residual's (:func:`_profile_noise`); a
+    network stopped at its validation minimum errs more on episodes it has not seen, and the
+    disagreement of a few members stands in for the weight posterior only roughly: measured on
+    Furuta ``ffnn`` (trajectories), training-residual noise gave held-out 90 % bands covering
+    0.87 / 0.79. The factors are fitted on the validation episodes by the logarithmic score (a
+    proper scoring rule, the criterion stacking uses), one L-BFGS optimisation of a few
+    numbers. ``members``: ``{latent site: (R, ...)}``. Returns ``(members, record)``: ``record``
+    holds each member's ``member_validation_nll`` and ``weights`` (R,), ``factor`` per noise site
+    and the validation negative log predictive density per observed scalar (``num_obs``) of the
+    equal-weight mixture of all members before and of the weighted, scaled one after.
     """
     from scipy.optimize import minimize
+    from scipy.special import logsumexp
 
     sites = _noise_sites(bayes_model, members)
-    if not sites:
-        return members, {}
     R = next(iter(members.values())).shape[0]
     loglik = jax.vmap(heldout_log_likelihood(bayes_model, val_data))
-    dtype = members[sites[0].site].dtype
+    dtype = next(iter(members.values())).dtype
     # a log factor d moves the latent by d / scale where the site is whitened (log sigma = loc +
     # scale z), by d where it is log sigma itself
     per_unit = [
@@ -500,34 +514,81 @@ def _calibrate_noise(bayes_model, val_data, num_obs: int, members: dict) -> tupl
 
     def shifted(d):
         out = dict(members)
+        if not sites:
+            return out
         for s, part, unit in zip(
             sites, jnp.split(d, np.cumsum(sizes)[:-1]), per_unit, strict=True
         ):
             out[s.site] = members[s.site] + (part.reshape(s.shape) * unit)[None]
         return out
 
+    lp = np.asarray(loglik(members), np.float64)  # (R, M)
+    member_nll = -lp.sum(axis=1) / num_obs
+    finite = np.isfinite(member_nll)
+    keep = finite & (member_nll <= np.min(member_nll, where=finite, initial=np.inf) + MEMBER_SCORE_GAP)
+    keep = keep if keep.any() else np.ones(R, bool)
+    weights = keep / keep.sum()
+    log_w = jnp.asarray(np.log(np.where(keep, weights, 1.0)), dtype)
+    kept = np.flatnonzero(keep)
+
     def nlpd(d):  # summed (per-observation means stop L-BFGS on its absolute tolerances early)
-        lp = loglik(shifted(d))  # (R, M)
-        return -jnp.sum(jax.scipy.special.logsumexp(lp, axis=0) - jnp.log(R))
+        lpd = loglik(shifted(d))[kept]  # (kept, M)
+        return -jnp.sum(jax.scipy.special.logsumexp(lpd + log_w[kept, None], axis=0))
 
-    value_and_grad = jax.jit(jax.value_and_grad(nlpd))
+    before = float(-np.sum(logsumexp(lp, axis=0) - np.log(R)))
+    if sites:
+        value_and_grad = jax.jit(jax.value_and_grad(nlpd))
 
-    def fun(d):
-        v, g = value_and_grad(jnp.asarray(d, dtype))
-        return float(v), np.asarray(g, np.float64)
+        def fun(d):
+            v, g = value_and_grad(jnp.asarray(d, dtype))
+            return float(v), np.asarray(g, np.float64)
 
-    start = np.zeros(sum(sizes))
-    before = fun(start)[0]
-    opt = minimize(fun, start, jac=True, method="L-BFGS-B", bounds=[(-3.0, 3.0)] * start.size)
-    if not (np.isfinite(opt.fun) and opt.fun <= before):
-        opt.x, opt.fun = start, before
-    parts = np.split(np.asarray(opt.x, np.float64), np.cumsum(sizes)[:-1])
+        x = np.zeros(sum(sizes))
+        after = fun(x)[0]
+        opt = minimize(fun, x, jac=True, method="L-BFGS-B", bounds=[(-3.0, 3.0)] * x.size)
+        if np.isfinite(opt.fun) and opt.fun <= after:
+            x, after = opt.x, float(opt.fun)
+    else:
+        x, after = np.zeros(0), float(nlpd(jnp.zeros(0, dtype)))
+    parts = np.split(np.asarray(x, np.float64), np.cumsum(sizes)[:-1]) if sites else []
     record = {
+        "member_validation_nll": member_nll.tolist(),
+        "weights": weights.tolist(),
         "factor": {s.name: np.exp(part).tolist() for s, part in zip(sites, parts, strict=True)},
-        "validation_nlpd_before": float(before) / num_obs,
-        "validation_nlpd_after": float(opt.fun) / num_obs,
+        "validation_nlpd_before": before / num_obs,
+        "validation_nlpd_after": after / num_obs,
     }
-    return shifted(jnp.asarray(opt.x, dtype)), record
+    return shifted(jnp.asarray(x, dtype)), record
+
+
+def _members_dataset(members: dict, weights) -> xr.Dataset:
+    """The ensemble's members ``{site: (R, ...)}`` and their mixture weights as the result's
+    ``ensemble`` group (dimension ``member``; read by ``FitResult.ensemble_members``)."""
+    out = {"weight": ("member", np.asarray(weights, np.float64))}
+    for site, v in members.items():
+        name = stored_name(site)
+        dims = tuple(f"{name}_dim_{i}" for i in range(np.ndim(v) - 1))
+        out[name] = (("member", *dims), np.asarray(v))
+    return xr.Dataset(out)
+
+
+def allocate_draws(weights, num_samples: int, key) -> np.ndarray:
+    """Member index of each of ``num_samples`` draws of a mixture with ``weights`` (R,).
+
+    Member i gets ``n_i`` draws, ``n_i`` the largest-remainder rounding of ``num_samples *
+    w_i`` (a stratified allocation: the draws carry the weights exactly up to rounding), in an
+    order drawn with ``key`` (a ``jax.random`` key), so that any prefix or evenly spaced subset
+    (``analysis.rollouts.thin_draws``) is a random sample of the mixture, not of one member.
+    """
+    w = np.asarray(weights, np.float64)
+    if w.ndim != 1 or w.size == 0 or not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise ValueError(f"weights must be a non-empty vector of non-negative numbers, got {w}")
+    share = num_samples * w / w.sum()
+    counts = np.floor(share).astype(int)
+    remainder = share - counts
+    counts[np.argsort(-remainder, kind="stable")[: num_samples - counts.sum()]] += 1
+    member = np.repeat(np.arange(w.size), counts)
+    return member[np.asarray(jax.random.permutation(key, num_samples))]
 
 
 def gradient_norm(bayes_model, data, point: dict, *, model_kwargs=None) -> float:
@@ -597,9 +658,12 @@ def fit_svi(
         key: ``jax.random`` key or int seed (MAP stage, ELBO noise, guide draws, predictive).
         guide: ``"delta"`` (MAP), ``"normal"``, ``"mvn"``, ``"lowrank"`` (Gaussians started at
             a MAP), ``"ensemble"`` (MAPs from ``restarts`` prior draws, an equal-weight
-            mixture: ``num_samples`` draws, draw i is kept member i % R; each member's noise
-            scales at their conditional MAP given its other values, :func:`_profile_noise`;
-            recorded in ``attrs["ensemble"]``) or ``"auto"``
+            mixture of the members that did not fail on the validation data: ``num_samples``
+            draws allocated by weight in a random order, ``attrs["ensemble"]["draw_member"]``;
+            the members and weights in the result's ``ensemble`` group,
+            ``FitResult.ensemble_members``; each member's noise scales at their conditional MAP
+            given its other values, :func:`_profile_noise`; recorded in ``attrs["ensemble"]``)
+            or ``"auto"``
             (:func:`default_guide`: ``"ensemble"`` where the model has network weights, else
             ``"delta"``; ``"delta"`` with ``polish``). The resolved name is recorded. An explicit
             ``"lowrank"`` etc. runs its Gaussian stage at ``learning_rate``.
@@ -631,9 +695,10 @@ def fit_svi(
             scored at the guide's median; a stage (member) stops after ``patience`` scores
             without improvement and keeps its best state
             (:mod:`inference.early_stopping`; how networks stop overfitting a few episodes).
-            Recorded in ``attrs["early_stopping"]``. The ensemble also scales its noise by
-            one factor per noise element fitted to it (``attrs["ensemble"]
-            ["noise_calibration"]``, :func:`_calibrate_noise`). None: every step runs.
+            Recorded in ``attrs["early_stopping"]``. The ensemble also drops its failed members
+            and scales its noise by one factor per noise element fitted to it
+            (``attrs["ensemble"]["noise_calibration"]``, :func:`_calibrate_noise`). None: every
+            step runs.
         patience: see ``validation`` (scores, i.e. chunks of ``chunk_size`` steps).
         convergence_rtol: relative loss change for :func:`convergence_report`.
         polish: delta guide only: finish with damped Newton from the SVI point
@@ -959,11 +1024,14 @@ def fit_svi(
         )
     else:
         report["message"] += f"; gradient rms {grad_rel:.3g} x sqrt(observations)"
-    if members is not None:  # one draw per kept member: the ensemble's equal-weight mixture
-        # the mixture of the kept members with equal weights as num_samples draws, member
-        # i % R for draw i: downstream bands (noise drawn per draw) see each member equally
-        members["draw_member"] = "draw i is kept member i % len(kept)"
-        idx = np.arange(num_samples) % len(points)
+    if members is not None:  # the kept members' mixture as num_samples draws
+        # stacking weights where validation data fitted them, else equal; draws allocated by
+        # weight in a random order (allocate_draws)
+        calibration = members.get("noise_calibration") or {}
+        weights = calibration.get("weights", [1.0 / len(points)] * len(points))
+        idx = allocate_draws(weights, num_samples, k_draw)
+        members["weights"] = [float(w) for w in weights]
+        members["draw_member"] = idx.tolist()
         samples = {k: v[idx][None] for k, v in kept_points.items()}
     else:
         params = svi.get_params(state)
@@ -1005,7 +1073,8 @@ def fit_svi(
     )
     if map_report is not None:
         attrs["map"] = map_report._asdict()
-    extra = {
+    extra = {} if members is None else {"ensemble": _members_dataset(kept_points, weights)}
+    extra |= {
         "svi_state": state_to_dataset(state, kind=f"svi/{guide}"),
         "svi_loss": xr.Dataset(loss_vars),
         "guide_params": xr.Dataset(

@@ -311,33 +311,45 @@ def test_auto_guide_gives_network_weights_a_posterior():
     np.testing.assert_allclose(fit.idata["svi_loss"]["loss"].values, member_losses.mean(axis=1))
     w = np.asarray(fit.posterior_samples()["ffnn_net/layers[1].weight"])
     assert w.shape[0] == 1000 and float(np.std(w, axis=0).min()) > 0  # every weight varies
-    np.testing.assert_array_equal(w[3:6], w[:3])  # draw i is member i % 3, equal weights
-    assert len({float(x) for x in w[:, 0, 0]}) == 3
+    # the draws carry the stacking weights: member i has round(1000 w_i) draws
+    ens = fit.attrs["ensemble"]
+    weights = np.asarray(ens["weights"])
+    assert weights.shape == (3,) and weights.sum() == pytest.approx(1.0)
+    member = np.asarray(ens["draw_member"])
+    assert np.all(np.abs(np.bincount(member, minlength=3) - 1000 * weights) <= 1)
     # the members themselves; a start taken from the fit is a member, not a mean of weights
     from inference._common import point_values
 
     members = fit.ensemble_members()
-    np.testing.assert_array_equal(members["ffnn_net/layers[1].weight"], w[:3])
+    np.testing.assert_array_equal(fit.ensemble_weights(), weights)
+    np.testing.assert_array_equal(w, np.asarray(members["ffnn_net/layers[1].weight"])[member])
     start = point_values(fit, list(members))
-    np.testing.assert_array_equal(start["ffnn_net/layers[1].weight"], w[0])
+    best = int(np.argmax(weights))
+    np.testing.assert_array_equal(
+        start["ffnn_net/layers[1].weight"], members["ffnn_net/layers[1].weight"][best]
+    )
     # the band of the predicted accelerations has width: not a point estimate
     draws = fit.posterior_samples()
     qdd_pred = jax.vmap(lambda s: jax.vmap(model.qdd_fn(s))(q, qd, tau))(draws)
     assert float(np.std(np.asarray(qdd_pred), axis=0).min()) > 0
     with pytest.raises(ValueError, match="'ensemble' guide starts its members"):
         fit_svi(model, data, key=0, steps=10, guide="ensemble", init=draws, **FAST)
-    # noise scales, checked with scipy: (1) each member's is its conditional MAP given its
-    # weights (the 1-D optimum of the Gaussian likelihood of its own training residuals plus the
-    # whitened N(0, 1) prior) times (2) one factor per joint that maximises the equal-weight
-    # mixture's log predictive density of the validation data
+    # noise scales and weights, checked with scipy: (1) each member's noise is its conditional
+    # MAP given its weights (the 1-D optimum of the Gaussian likelihood of its own training
+    # residuals plus the whitened N(0, 1) prior) times (2) one factor per joint that maximises the
+    # mixture's log predictive density of the validation data; (3) members whose validation NLL
+    # per scalar exceeds the best's by more than MEMBER_SCORE_GAP get weight 0, the others equal
     from scipy.optimize import minimize, minimize_scalar
     from scipy.special import logsumexp
     from scipy.stats import norm
 
+    from inference.svi import MEMBER_SCORE_GAP, _calibrate_noise
+
     (site,) = model.noise_sites
-    ens = fit.attrs["ensemble"]
     assert all(r["converged"] for r in ens["noise_profile"])
-    factor = np.asarray(ens["noise_calibration"]["factor"]["log_sigma_qdd"])
+    calibration = ens["noise_calibration"]
+    factor = np.asarray(calibration["factor"]["log_sigma_qdd"])
+    np.testing.assert_allclose(calibration["weights"], weights)
     loc, scale = site.prior.loc, site.prior.scale
     sigma = np.exp(loc + scale * np.asarray(members[site.site]))  # (3, n)
     for i in range(3):
@@ -353,23 +365,70 @@ def test_auto_guide_gives_network_weights_a_posterior():
             )
             profiled = np.exp(loc[j] + scale[j] * best.x)
             assert sigma[i, j] == pytest.approx(profiled * factor[j], rel=1e-6)
-    mean = np.stack(
-        [jax.vmap(model.qdd_fn({k: v[i] for k, v in members.items()}))(vq, vqd, vtau) for i in range(3)]
-    )
 
-    def mixture_nlpd(log_c):  # the predictive density of each observed row (both joints)
+    def predictions(members):
+        count = len(next(iter(members.values())))
+        return np.stack(
+            [
+                jax.vmap(model.qdd_fn({k: v[i] for k, v in members.items()}))(vq, vqd, vtau)
+                for i in range(count)
+            ]
+        )
+
+    mean = predictions(members)
+    member_lp = norm.logpdf(np.asarray(vqdd), mean, sigma[:, None] / factor).sum(-1)  # profiled
+    member_nll = -member_lp.sum(-1) / np.size(vqdd)
+    np.testing.assert_allclose(calibration["member_validation_nll"], member_nll, rtol=1e-9)
+    keep = member_nll <= member_nll.min() + MEMBER_SCORE_GAP
+    np.testing.assert_allclose(weights, keep / keep.sum())
+
+    def mixture_nlpd(log_c, w=weights):  # per observed scalar
         lp = norm.logpdf(np.asarray(vqdd), mean, sigma[:, None] * np.exp(log_c)).sum(-1)
-        return -np.mean(logsumexp(lp, axis=0) - np.log(3))
+        with np.errstate(divide="ignore"):
+            return -np.sum(logsumexp(lp + np.log(w)[:, None], axis=0)) / np.size(vqdd)
 
     best = minimize(
         mixture_nlpd, np.full(robot.n, 0.3), method="Nelder-Mead",
         options={"xatol": 1e-8, "fatol": 1e-14},
     )
     np.testing.assert_allclose(best.x, 0.0, atol=1e-4)  # the stored scales are at the optimum
-    before = ens["noise_calibration"]["validation_nlpd_before"]
-    after = ens["noise_calibration"]["validation_nlpd_after"]
+    before = calibration["validation_nlpd_before"]
+    after = calibration["validation_nlpd_after"]
     assert after <= before
-    assert after == pytest.approx(mixture_nlpd(np.zeros(robot.n)) / robot.n, rel=1e-8)
+    assert after == pytest.approx(mixture_nlpd(np.zeros(robot.n)), rel=1e-8)
+    assert before == pytest.approx(mixture_nlpd(-np.log(factor), np.full(3, 1 / 3)), rel=1e-8)
+    # a member whose output layer is scaled 5x is a failed optimisation: weight 0, and the
+    # noise factors are fitted on the others alone
+    bad = {k: jnp.concatenate([v, v[:1]]) for k, v in members.items()}
+    out_w = "ffnn_net/layers[1].weight"
+    bad[out_w] = bad[out_w].at[3].multiply(5.0)
+    from inference._validate import fit_inputs
+
+    _, vprep, _ = fit_inputs(model, valid)
+    _, record = _calibrate_noise(model, vprep, int(np.size(vqdd)), bad)
+    bad_nll = -norm.logpdf(np.asarray(vqdd), predictions(bad)[3], sigma[0]).sum() / np.size(vqdd)
+    assert record["member_validation_nll"][3] == pytest.approx(bad_nll, rel=1e-9)
+    assert bad_nll > member_nll.min() + MEMBER_SCORE_GAP
+    np.testing.assert_allclose(record["weights"], np.r_[weights, 0.0])
+    np.testing.assert_allclose(record["factor"]["log_sigma_qdd"], np.ones(robot.n), rtol=1e-3)
+
+
+def test_allocate_draws_carries_the_weights_in_a_random_order():
+    from inference.svi import allocate_draws
+
+    key = jax.random.key(0)
+    weights = np.array([0.5, 0.3, 0.2, 0.0])
+    member = allocate_draws(weights, 1000, key)
+    np.testing.assert_array_equal(np.bincount(member, minlength=4), [500, 300, 200, 0])
+    # the order is drawn: not blocks of one member; another key, another order, same counts
+    assert len(set(member[:20].tolist())) == 3
+    other = allocate_draws(weights, 1000, jax.random.key(1))
+    assert np.any(other != member) and np.array_equal(np.sort(other), np.sort(member))
+    # largest remainder: 10 draws of (0.46, 0.46, 0.08) are 5, 4 or 4, 5, and 1
+    assert sorted(np.bincount(allocate_draws([0.46, 0.46, 0.08], 10, key))) == [1, 4, 5]
+    for bad in ([], [0.5, -0.1], [np.nan, 1.0], [0.0, 0.0]):
+        with pytest.raises(ValueError, match="weights must be"):
+            allocate_draws(bad, 10, key)
 
 
 # --- early stopping on held-out data (inference.early_stopping) ---------------------------------
