@@ -33,7 +33,7 @@ import variants_learn as vl  # noqa: E402
 from analysis.diagnostics import heldout_ppc, heldout_predictions  # noqa: E402
 from inference import fit_svi  # noqa: E402
 from inference._validate import fit_inputs  # noqa: E402
-from inference.svi import _calibrate_noise  # noqa: E402
+from inference.svi import _calibrate_mixture  # noqa: E402
 from models import build_model, data_scales, model_data  # noqa: E402
 
 
@@ -72,8 +72,9 @@ def main() -> None:
         log_likelihood=False,
         validation=model_data(valid, robot=robot),
     )
-    members = fit.ensemble_members()
-    R = next(iter(members.values())).shape[0]
+    kept = np.flatnonzero(fit.ensemble_weights())  # the members that did not fail, equal weights
+    members = {k: v[kept] for k, v in fit.ensemble_members().items()}
+    R = kept.size
     (site,) = model.noise_sites
     f = np.asarray(fit.attrs["ensemble"]["noise_calibration"]["factor"][site.name])
     profiled = dict(members)  # the calibration undone: the members' own noise MAPs
@@ -83,7 +84,7 @@ def main() -> None:
     ]
 
     class Mixture:
-        """The members as 200 draws, draw i = member i % R (as ``fit_svi`` stores them)."""
+        """The kept members as 200 draws with equal weights, draw i = member i % R."""
 
         def __init__(self, stacked):
             self.stacked = stacked
@@ -124,7 +125,7 @@ def main() -> None:
             return f, np.array([coverage(j, f) for j in others])
         cal = valid.replace(episodes=tuple(episodes[i].episodes[0] for i in chosen))
         obs, vdata, _ = fit_inputs(model, model_data(cal, robot=robot))
-        calibrated, rec = _calibrate_noise(model, vdata, int(np.size(obs.q)), profiled)
+        calibrated, rec = _calibrate_mixture(model, vdata, int(np.size(obs.q)), profiled)
         covs = [
             heldout_ppc(model, Mixture(calibrated), episodes[j])["coverage_per_joint"]
             for j in others

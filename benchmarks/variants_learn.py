@@ -19,7 +19,8 @@ NUTS (``--white-box-geometry whitened``: in the virtual parameters). One table r
 - the largest relative error of the base parameters (white-box variants with known kinematics)
   against the truth;
 - learned kinematics: how many open-loop replays of the recorded efforts from each episode's
-  start state (1 s; by each of the first 4 draws) leave the state domain
+  start state (1 s; by each of the first 4 draws, an ensemble's weighted members) leave the
+  state domain
   (``analysis.energy.divergence_flags``), beside the count for the recorded trajectories;
 - whether the fit converged (loss plateau and gradient test; with ``polish``: a stationary point
   with a positive definite Hessian; with early stopping: a validation minimum), the restarts'
@@ -246,11 +247,20 @@ def base_error(model, draws, robot, true_theta):
     return float(np.max(np.abs(fit - true) / np.maximum(np.abs(true), 1e-2 * np.abs(true).max())))
 
 
+def replay_draws(fit) -> dict:
+    """The draws to replay: an ensemble's members with non-zero weight (never a mean of network
+    weights, which would be no member's network), else the posterior draws."""
+    members = fit.ensemble_members()
+    if members is None:
+        return fit.posterior_samples()
+    kept = np.flatnonzero(fit.ensemble_weights())
+    return {k: v[kept] for k, v in members.items()}
+
+
 def replays_out_of_domain(model, draws, episodes, robot) -> tuple[int, int, int]:
     """Open-loop replays of each episode's recorded efforts from its start state by each of the
-    first (up to) 4 draws (an ensemble's members; never a mean of network weights, which would
-    be no member's network): ``(replays out of domain, recorded episodes out of domain,
-    replays)``."""
+    first (up to) 4 of ``draws`` (:func:`replay_draws`): ``(replays out of domain, recorded
+    episodes out of domain, replays)``."""
     steps = int(round(REPLAY_SECONDS * RATE_HZ))
     first = jax.tree.map(lambda x: x[:4], draws)
     count = int(next(iter(first.values())).shape[0])
@@ -355,7 +365,7 @@ def main(argv=None) -> int:
                     replays = "-"
                     if model.family.learns_kinematics:
                         out, rec, k = replays_out_of_domain(
-                            model, fit.posterior_samples(), train.episodes + test.episodes, robot
+                            model, replay_draws(fit), train.episodes + test.episodes, robot
                         )
                         replays = f"{out}/{k} (recorded {rec})"
                     guide = fit.attrs["settings"]["guide"] + (" (base coords)" if identifiable else "")
