@@ -59,8 +59,10 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
     """Posterior-predictive check of joint accelerations on held-out data.
 
     Each draw predicts ``qdd`` with its forward dynamics (:func:`heldout_predictions`); its
-    observation noise (``bayes_model.noise_dist``: Normal or Student-t, when the model observes
-    ``qdd``) is drawn with a fixed seed for the band. Returns the NMSE of the (noise-free)
+    observation noise (``bayes_model.noise_dist``: Normal or Student-t) is drawn with a fixed
+    seed for the band: on ``qdd`` where the model observes ``qdd`` (forward likelihood), on the
+    efforts where it observes them (inverse likelihood: ``tau_obs = tau(qdd) + e``, so ``qdd``
+    is the forward dynamics at ``tau_obs - e``; for rigid bodies ``M^-1 e`` around the mean). Returns the NMSE of the (noise-free)
     posterior mean per joint (:func:`accel_nmse`), the coverage of the observed ``qdd`` by the
     equal-tailed ``prob`` predictive band (pooled and per joint) and its mean width per joint,
     and the excess kurtosis of the posterior mean's residuals per joint (Fisher's: 0 for Normal
@@ -74,12 +76,20 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
     resid = qdd - np.nanmean(np.asarray(pred), axis=0)
     centred = resid - resid.mean(axis=0)
     kurtosis = np.mean(centred**4, axis=0) / np.mean(centred**2, axis=0) ** 2 - 3.0
-    physical = jax.vmap(bayes_model.physical)(draws)
-    with_noise = "sigma_qdd" in physical
-    if with_noise:  # each draw's own observation noise (Normal or Student-t), fixed seed
-        keys = jax.random.split(jax.random.key(0), pred.shape[0])
+    observed = tuple(getattr(getattr(bayes_model, "likelihood", None), "noise_keys", ()))
+    keys = jax.random.split(jax.random.key(0), pred.shape[0])  # noise with a fixed seed
+    with_noise = "qdd" in observed or "tau" in observed
+    if "qdd" in observed:  # each draw's own observation noise (Normal or Student-t)
         noisy = jax.vmap(lambda p, s, k: bayes_model.noise_dist(p, s, "qdd", 2).sample(k))
         pred = np.asarray(noisy(jnp.asarray(pred), draws, keys))
+    elif "tau" in observed:  # tau_obs = tau(qdd) + e: qdd = forward dynamics at tau_obs - e
+        q, qd, _, tau = (jnp.asarray(x) for x in dataset.arrays())
+
+        def noisy(s, k):
+            e = bayes_model.noise_dist(jnp.zeros_like(tau), s, "tau", 2).sample(k)
+            return jax.vmap(bayes_model.qdd_fn(s))(q, qd, tau - e)
+
+        pred = np.asarray(jax.jit(jax.vmap(noisy))(draws, keys))
     lo, hi = np.nanquantile(pred, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
     inside = (qdd >= lo) & (qdd <= hi)
     return {

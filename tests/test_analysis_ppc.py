@@ -57,3 +57,28 @@ def test_band_matches_the_noise_quantiles():
         ppc["residual_excess_kurtosis_per_joint"], stats.kurtosis(resid, axis=0), rtol=1e-10
     )
     assert min(ppc["residual_excess_kurtosis_per_joint"]) > 0.5  # t(4): infinite in theory
+
+
+def test_band_of_a_model_observing_efforts_carries_their_noise():
+    # NEA (inverse likelihood, fixed torque noise): tau_obs = tau(qdd) + e, so the predicted
+    # qdd is Gaussian with covariance J diag(sigma^2) J^T, J = d qdd / d tau (M^-1 for a rigid
+    # body): the band's width per point is 2 x 1.645 x sqrt(diag(J S J^T))
+    robot = bn.get_system("cartpole")
+    sigma = np.array([0.4, 0.05])
+    model = build_model("nea", robot, noise_scale=sigma)
+    assert model.likelihood.noise_keys == ("tau",)
+    sample = model.start_sample(jax.random.key(1))
+    q, qd, _ = bn.sample_states(robot, 2, N_POINTS)
+    tau = jax.random.normal(jax.random.key(3), q.shape, q.dtype) * jnp.array([[5.0, 0.0]])
+    e = jax.random.normal(jax.random.key(4), tau.shape, tau.dtype) * jnp.asarray(sigma)[None]
+    forward = jax.vmap(model.qdd_fn(sample))
+    qdd = forward(q, qd, tau - e)  # data drawn from the model's own generative story
+    ppc = heldout_ppc(model, _Draws(sample), _Held(q, qd, qdd, tau), max_draws=N_DRAWS)
+    assert ppc["with_noise"]
+    jac = jax.vmap(jax.jacfwd(model.qdd_fn(sample), argnums=2))(q, qd, tau)  # (N, n, n)
+    sd = np.sqrt(np.einsum("nij,j,nij->ni", np.asarray(jac), sigma**2, np.asarray(jac)))
+    np.testing.assert_allclose(
+        ppc["width_per_joint"], 2 * stats.norm.ppf(0.95) * sd.mean(axis=0), rtol=0.06
+    )
+    binomial = np.sqrt(0.09 / N_POINTS)
+    assert np.all(np.abs(np.asarray(ppc["coverage_per_joint"]) - 0.9) < 4 * binomial), ppc
