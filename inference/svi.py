@@ -8,9 +8,10 @@ chunks. Guides: ``"delta"`` (MAP, ``AutoDelta``), ``"normal"`` (mean field, ``Au
 ``"ensemble"`` (MAPs from several prior draws, a mixture of those that did not fail); the
 default ``"auto"`` is ``"ensemble"`` for models with networks (a posterior over their weights,
 so their bands have width; :func:`default_guide` says why) and ``"delta"`` otherwise
-(white-box models go on to NUTS). Gaussian guides start at the MAP (an ``AutoDelta`` fit of ``map_steps`` steps, or
-``init``) with a small ``init_scale``: their default of 0.1 does not converge against posterior
-spreads of ~0.003. With ``validation`` data every stage stops early (``inference.early_stopping``).
+(white-box models go on to NUTS). Gaussian guides start at the MAP (an ``AutoDelta`` fit of
+``map_steps`` steps, or ``init``) with a small ``init_scale``: their default of 0.1 does not
+converge against posterior spreads of ~0.003. With ``validation`` data every stage stops early
+(``inference.early_stopping``).
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ def default_guide(bayes_model) -> str:
     default) in one vmapped program, each stopped on its own validation minimum where
     ``validation`` is given; the posterior is their equal-weight mixture, a Bayesian model
     average over modes (Wilson & Izmailov 2020), less the members that failed
-    (:func:`_calibrate_noise`). Why not the low-rank Gaussian around one MAP
+    (:func:`_calibrate_mixture`). Why not the low-rank Gaussian around one MAP
     (``"lowrank"``, the default before): its scales start at ``init_scale`` (1e-3) and Adam moves
     them by about the learning rate per step, so in a few thousand steps a weight's sd stays near
     1e-3, and where the held-out error is the network's own (it generalises worse than it fits)
@@ -475,7 +476,7 @@ exceed the best member's before the member counts as a failed optimisation and g
 (for Gaussian errors: a residual variance about ``e^2`` = 7.4x the best member's)."""
 
 
-def _calibrate_noise(bayes_model, val_data, num_obs: int, members: dict) -> tuple[dict, dict]:
+def _calibrate_mixture(bayes_model, val_data, num_obs: int, members: dict) -> tuple[dict, dict]:
     """Weigh the members and scale their noise by one factor per noise element (e.g. per joint)
     to maximise the mixture's log predictive density of the validation data.
 
@@ -697,7 +698,7 @@ def fit_svi(
             (:mod:`inference.early_stopping`; how networks stop overfitting a few episodes).
             Recorded in ``attrs["early_stopping"]``. The ensemble also drops its failed members
             and scales its noise by one factor per noise element fitted to it
-            (``attrs["ensemble"]["noise_calibration"]``, :func:`_calibrate_noise`). None: every
+            (``attrs["ensemble"]["noise_calibration"]``, :func:`_calibrate_mixture`). None: every
             step runs.
         patience: see ``validation`` (scores, i.e. chunks of ``chunk_size`` steps).
         convergence_rtol: relative loss change for :func:`convergence_report`.
@@ -983,9 +984,18 @@ def fit_svi(
         kept_points = {k: stacked_points[k][np.asarray(members["kept"])] for k in latent}
         kept_points, members["noise_profile"] = _profile_noise(bayes_model, data, kept_points)
         if val_nll is not None:
-            kept_points, members["noise_calibration"] = _calibrate_noise(
+            kept_points, members["noise_calibration"] = _calibrate_mixture(
                 bayes_model, val_data, int(np.size(val_obs.q)), kept_points
             )
+            weighted = int(np.count_nonzero(members["noise_calibration"]["weights"]))
+            if weighted < 2 <= len(members["kept"]):
+                warnings.warn(
+                    f"only {weighted} of {len(members['kept'])} ensemble members did not fail on "
+                    f"the validation data (validation NLL within {MEMBER_SCORE_GAP} nat per "
+                    "scalar of the best): the posterior holds one mode and its band no weight "
+                    "uncertainty; fit again with more restarts or another key",
+                    stacklevel=2,
+                )
         points = [{k: v[i] for k, v in kept_points.items()} for i in range(len(members["kept"]))]
     grad_rel = grad = -np.inf
     for point in points:  # the gradient test at every point estimate: the worst one counts

@@ -80,3 +80,23 @@ def test_nuts_short_of_ess_extends_its_chains_and_says_why(cells):
     assert info["method"] == "nuts" and info["attempts"] == 2
     assert info["divergences"] == 0 and info["extended"] == 1
     assert not info["converged"] and "bulk ESS" in info["reason"]
+
+
+def test_an_ensemble_left_with_one_member_is_fitted_again_with_twice_the_members(monkeypatch):
+    """Fewer than two members that did not fail (here: a score gap of 0 keeps only the best)
+    leave a band without weight uncertainty: the cell is fitted once more with twice the
+    members from new prior draws, and, still short, says why."""
+    import inference.svi
+    from analysis import cells
+
+    monkeypatch.setattr(inference.svi, "MEMBER_SCORE_GAP", 0.0)
+    cell = make_grid(systems=("cartpole",), datasets=("uniform",), variants=("ffnn",))[0]
+    dataset, train, valid, _ = cells.cell_data(*cells._data_key(cell, SETTINGS))
+    md, robot = model_data(train), dataset.robot()
+    bm = build_model("ffnn", robot, scales=cells.data_scales(md, robot))
+    with pytest.warns(UserWarning, match="1 of 8 ensemble members"):
+        fit, info = cells.fit_posterior(bm, "whitened", train, valid, SETTINGS, key=0)
+    assert info["attempts"] == cells.ENSEMBLE_ATTEMPTS == 2
+    assert fit.attrs["settings"]["members"] == 8 and info["members_weighted"] == 1
+    assert np.count_nonzero(fit.ensemble_weights()) == 1
+    assert not info["converged"] and "1 of 8 members did not fail" in info["reason"]

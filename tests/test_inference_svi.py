@@ -343,7 +343,7 @@ def test_auto_guide_gives_network_weights_a_posterior():
     from scipy.special import logsumexp
     from scipy.stats import norm
 
-    from inference.svi import MEMBER_SCORE_GAP, _calibrate_noise
+    from inference.svi import MEMBER_SCORE_GAP, _calibrate_mixture
 
     (site,) = model.noise_sites
     assert all(r["converged"] for r in ens["noise_profile"])
@@ -405,7 +405,7 @@ def test_auto_guide_gives_network_weights_a_posterior():
     from inference._validate import fit_inputs
 
     _, vprep, _ = fit_inputs(model, valid)
-    _, record = _calibrate_noise(model, vprep, int(np.size(vqdd)), bad)
+    _, record = _calibrate_mixture(model, vprep, int(np.size(vqdd)), bad)
     bad_nll = -norm.logpdf(np.asarray(vqdd), predictions(bad)[3], sigma[0]).sum() / np.size(vqdd)
     assert record["member_validation_nll"][3] == pytest.approx(bad_nll, rel=1e-9)
     assert bad_nll > member_nll.min() + MEMBER_SCORE_GAP
