@@ -62,10 +62,10 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
     observation noise (``bayes_model.noise_dist``: Normal or Student-t) is drawn with a fixed
     seed for the band: on ``qdd`` where the model observes ``qdd`` (forward likelihood), on the
     efforts where it observes them (inverse likelihood: ``tau_obs = tau(qdd) + e``, so ``qdd``
-    is the forward dynamics at ``tau_obs - e``; for rigid bodies ``M^-1 e`` around the mean). Returns the NMSE of the (noise-free)
-    posterior mean per joint (:func:`accel_nmse`), the coverage of the observed ``qdd`` by the
-    equal-tailed ``prob`` predictive band (pooled and per joint) and its mean width per joint,
-    and the excess kurtosis of the posterior mean's residuals per joint (Fisher's: 0 for Normal
+    is the forward dynamics at ``tau_obs - e``; for rigid bodies ``M^-1 e`` around the mean).
+    Returns the NMSE of the (noise-free) posterior mean per joint (:func:`accel_nmse`), the
+    coverage of the observed ``qdd`` by the equal-tailed ``prob`` predictive band (pooled and per
+    joint) and its mean width per joint, and the excess kurtosis of the posterior mean's residuals per joint (Fisher's: 0 for Normal
     errors; hardware-like accelerations, filtered differences of quantised positions, measured
     20-45: a Normal noise model's band then over-covers the bulk, ``noise="student-t"`` fits).
     """

@@ -33,7 +33,7 @@ import variants_learn as vl  # noqa: E402
 from analysis.diagnostics import heldout_ppc, heldout_predictions  # noqa: E402
 from inference import fit_svi  # noqa: E402
 from inference._validate import fit_inputs  # noqa: E402
-from inference.svi import _calibrate_mixture  # noqa: E402
+from inference.svi import _calibrate_mixture, allocate_draws  # noqa: E402
 from models import build_model, data_scales, model_data  # noqa: E402
 
 
@@ -84,13 +84,19 @@ def main() -> None:
     ]
 
     class Mixture:
-        """The kept members as 200 draws with equal weights, draw i = member i % R."""
+        """The members as 200 draws allocated by ``weights`` (default equal, draw i = member
+        i % R)."""
 
-        def __init__(self, stacked):
+        def __init__(self, stacked, weights=None):
             self.stacked = stacked
+            self.member = (
+                np.arange(200) % R
+                if weights is None
+                else allocate_draws(weights, 200, jax.random.key(0))
+            )
 
         def posterior_samples(self):
-            return {k: v[np.arange(200) % R] for k, v in self.stacked.items()}
+            return {k: v[self.member] for k, v in self.stacked.items()}
 
     if not 1 <= cli.calibrate_on < len(episodes):
         p.error(f"--calibrate-on must be in [1, {len(episodes) - 1}]")
@@ -127,7 +133,9 @@ def main() -> None:
         obs, vdata, _ = fit_inputs(model, model_data(cal, robot=robot))
         calibrated, rec = _calibrate_mixture(model, vdata, int(np.size(obs.q)), profiled)
         covs = [
-            heldout_ppc(model, Mixture(calibrated), episodes[j])["coverage_per_joint"]
+            heldout_ppc(model, Mixture(calibrated, rec["weights"]), episodes[j])[
+                "coverage_per_joint"
+            ]
             for j in others
         ]
         return np.asarray(rec["factor"][site.name]), np.array(covs)
