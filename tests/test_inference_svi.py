@@ -311,7 +311,7 @@ def test_auto_guide_gives_network_weights_a_posterior():
     np.testing.assert_allclose(fit.idata["svi_loss"]["loss"].values, member_losses.mean(axis=1))
     w = np.asarray(fit.posterior_samples()["ffnn_net/layers[1].weight"])
     assert w.shape[0] == 1000 and float(np.std(w, axis=0).min()) > 0  # every weight varies
-    # the draws carry the stacking weights: member i has round(1000 w_i) draws
+    # the draws carry the mixture weights: member i has round(1000 w_i) draws
     ens = fit.attrs["ensemble"]
     weights = np.asarray(ens["weights"])
     assert weights.shape == (3,) and weights.sum() == pytest.approx(1.0)
