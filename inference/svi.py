@@ -1035,8 +1035,8 @@ def fit_svi(
     else:
         report["message"] += f"; gradient rms {grad_rel:.3g} x sqrt(observations)"
     if members is not None:  # the kept members' mixture as num_samples draws
-        # stacking weights where validation data fitted them, else equal; draws allocated by
-        # weight in a random order (allocate_draws)
+        # weights from the validation data (_calibrate_mixture: failed members 0), else equal;
+        # draws allocated by weight in a random order (allocate_draws)
         calibration = members.get("noise_calibration") or {}
         weights = calibration.get("weights", [1.0 / len(points)] * len(points))
         idx = allocate_draws(weights, num_samples, k_draw)
