@@ -213,9 +213,9 @@ def nuts_converged(diagnostics: dict, *, min_ess: float) -> tuple[bool, str | No
 
 
 ENSEMBLE_ATTEMPTS = 2
-"""Fits of a network cell's ensemble: where fewer than two members did not fail on the
-validation episodes (``inference.svi.MEMBER_SCORE_GAP``), one more with twice the members from
-new prior draws (cart-pole hardware-like ``diffnea/nn-residual/weak``: one of four)."""
+"""Fits of a network cell's ensemble: where fewer than two members did not fail
+(``inference.svi.MEMBER_SCORE_GAP``), one more with twice the members from new prior draws
+(cart-pole hardware-like ``diffnea/nn-residual/weak``: one of four)."""
 
 
 def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
@@ -262,8 +262,8 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
         ]
         if members < 2:  # the other members failed (inference.svi.MEMBER_SCORE_GAP)
             reasons.append(
-                f"{members} of {weights.size} members did not fail on the validation episodes: "
-                "the band holds no uncertainty about the network weights"
+                f"{members} of {weights.size} members did not fail (training NLL within "
+                "MEMBER_SCORE_GAP of the best): the band holds no uncertainty about the weights"
             )
         calibration = fit.attrs["ensemble"].get("noise_calibration") or {}
         return fit, {
@@ -273,6 +273,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             "attempts": attempts,
             "kept_steps": kept,
             "members_weighted": members,
+            "member_training_nll": fit.attrs["ensemble"].get("member_training_nll"),
             "member_validation_nll": calibration.get("member_validation_nll"),
         }
     svi = fit_svi(bm, md, polish=True, **svi_args)  # a checked MAP (Newton): the Laplace metric

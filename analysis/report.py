@@ -323,7 +323,7 @@ def write_report(
         f"summed cell time {total_cell:.0f} s.",
         "",
         "Posteriors (`posterior` column): `nuts` for white-box variants without networks and "
-        "NEA, `ensemble` (early-stopped MAPs from prior draws; members whose validation "
+        "NEA, `ensemble` (early-stopped MAPs from prior draws; members whose training "
         "negative log-likelihood is more than 1 nat per scalar above the best member's are "
         "failed optimisations with weight 0, the others equal weights; noise calibrated on the "
         "validation episodes) for variants with networks, `laplace+psis` (the Laplace "

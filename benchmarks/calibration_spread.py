@@ -33,7 +33,7 @@ import variants_learn as vl  # noqa: E402
 from analysis.diagnostics import heldout_ppc, heldout_predictions  # noqa: E402
 from inference import fit_svi  # noqa: E402
 from inference._validate import fit_inputs  # noqa: E402
-from inference.svi import _calibrate_mixture, allocate_draws  # noqa: E402
+from inference.svi import _calibrate_mixture  # noqa: E402
 from models import build_model, data_scales, model_data  # noqa: E402
 
 
@@ -84,19 +84,13 @@ def main() -> None:
     ]
 
     class Mixture:
-        """The members as 200 draws allocated by ``weights`` (default equal, draw i = member
-        i % R)."""
+        """The kept members as 200 draws with equal weights, draw i = member i % R."""
 
-        def __init__(self, stacked, weights=None):
+        def __init__(self, stacked):
             self.stacked = stacked
-            self.member = (
-                np.arange(200) % R
-                if weights is None
-                else allocate_draws(weights, 200, jax.random.key(0))
-            )
 
         def posterior_samples(self):
-            return {k: v[self.member] for k, v in self.stacked.items()}
+            return {k: v[np.arange(200) % R] for k, v in self.stacked.items()}
 
     if not 1 <= cli.calibrate_on < len(episodes):
         p.error(f"--calibrate-on must be in [1, {len(episodes) - 1}]")
@@ -131,11 +125,11 @@ def main() -> None:
             return f, np.array([coverage(j, f) for j in others])
         cal = valid.replace(episodes=tuple(episodes[i].episodes[0] for i in chosen))
         obs, vdata, _ = fit_inputs(model, model_data(cal, robot=robot))
-        calibrated, rec = _calibrate_mixture(model, vdata, int(np.size(obs.q)), profiled)
+        calibrated, rec = _calibrate_mixture(
+            model, vdata, int(np.size(obs.q)), profiled, np.full(R, 1.0 / R)
+        )
         covs = [
-            heldout_ppc(model, Mixture(calibrated, rec["weights"]), episodes[j])[
-                "coverage_per_joint"
-            ]
+            heldout_ppc(model, Mixture(calibrated), episodes[j])["coverage_per_joint"]
             for j in others
         ]
         return np.asarray(rec["factor"][site.name]), np.array(covs)

@@ -471,33 +471,55 @@ def _profile_noise(bayes_model, data, members: dict) -> tuple[dict, list]:
 
 
 MEMBER_SCORE_GAP = 1.0
-"""Nats per observed scalar by which an ensemble member's validation negative log-likelihood may
-exceed the best member's before the member counts as a failed optimisation and gets no weight
-(for Gaussian errors: a residual variance about ``e^2`` = 7.4x the best member's)."""
+"""Nats per observed scalar by which an ensemble member's training negative log-likelihood (at
+its profiled noise) may exceed the best member's before the member counts as a failed
+optimisation and gets no weight (for Gaussian errors: a residual variance about ``e^2`` = 7.4x
+the best member's)."""
 
 
-def _calibrate_mixture(bayes_model, val_data, num_obs: int, members: dict) -> tuple[dict, dict]:
-    """Weigh the members and scale their noise by one factor per noise element (e.g. per joint)
-    to maximise the mixture's log predictive density of the validation data.
+def _member_weights(bayes_model, data, num_obs: int, members: dict) -> tuple[np.ndarray, list]:
+    """Mixture weights of the members ``{latent site: (R, ...)}``: 0 for a failed optimisation,
+    equal for the others (the deep ensemble). Returns ``(weights (R,), training NLL per observed
+    scalar of each member)``.
 
-    Weights: members whose own validation negative log-likelihood per observed scalar exceeds
-    the best member's by more than :data:`MEMBER_SCORE_GAP` get weight 0 (an optimisation that
-    ended in a bad mode: cart-pole hardware-like ``diffnea/nn-residual/weak``, one member at 2.67
-    against 12.9-51.5, whose equal-weight mixture gave held-out NMSE 1.57), the others equal
-    weights (the deep ensemble). Stacking weights (Yao et al. 2018), fitted on the one
-    validation episode, put 0.87 on one of four members of equal quality (cart-pole ``ffnn``,
-    validation NLL 2.65-2.92): they collapse the mixture's spread, so they are not used.
+    A member fails where its negative log-likelihood of the training data (``data``, prepared;
+    ``num_obs`` observed scalars) exceeds the best member's by more than
+    :data:`MEMBER_SCORE_GAP`: it ended in a poor mode (cart-pole hardware-like
+    ``diffnea/nn-residual/weak`` after 1,000 steps: training loss 14.0 / 47.0 / 2.65 / 83.4 per
+    scalar; the equal-weight mixture's held-out NMSE 1.57). Judged on the validation episode
+    instead, members that fit their training data equally well but extrapolate worse to that one
+    episode were dropped (Furuta ``ffnn``: validation NLL 4.95 / 4.75 / 6.84 / 5.90 at training
+    losses 3.0-3.2), and the band of the other two under-covered the test episodes. Stacking
+    weights (Yao et al. 2018) fitted on the validation episode put 0.87 on one of four members
+    of equal quality (cart-pole ``ffnn``): they collapse the mixture's spread, so not used.
+    """
+    lp = jax.vmap(heldout_log_likelihood(bayes_model, data))(members)  # (R, M)
+    nll = -np.asarray(jnp.sum(lp, axis=1), np.float64) / num_obs
+    finite = np.isfinite(nll)
+    best = np.min(nll, where=finite, initial=np.inf)
+    keep = finite & (nll <= best + MEMBER_SCORE_GAP)
+    keep = keep if keep.any() else np.ones(nll.size, bool)
+    return keep / keep.sum(), nll.tolist()
 
-    Noise: a member's noise scales are its training residual's (:func:`_profile_noise`); a
-    network stopped at its validation minimum errs more on episodes it has not seen, and the
+
+def _calibrate_mixture(
+    bayes_model, val_data, num_obs: int, members: dict, weights
+) -> tuple[dict, dict]:
+    """Scale the members' noise by one factor per noise element (e.g. per joint) to maximise the
+    log predictive density of the validation data under the mixture with ``weights`` (R,)
+    (:func:`_member_weights`).
+
+    A member's noise scales are its training residual's (:func:`_profile_noise`); a network
+    stopped at its validation minimum errs more on episodes it has not seen, and the
     disagreement of a few members stands in for the weight posterior only roughly: measured on
     Furuta ``ffnn`` (trajectories), training-residual noise gave held-out 90 % bands covering
     0.87 / 0.79. The factors are fitted on the validation episodes by the logarithmic score (a
     proper scoring rule, the criterion stacking uses), one L-BFGS optimisation of a few
     numbers. ``members``: ``{latent site: (R, ...)}``. Returns ``(members, record)``: ``record``
-    holds each member's ``member_validation_nll`` and ``weights`` (R,), ``factor`` per noise site
-    and the validation negative log predictive density per observed scalar (``num_obs``) of the
-    equal-weight mixture of all members before and of the weighted, scaled one after.
+    holds each member's ``member_validation_nll`` (per observed scalar, ``num_obs``),
+    ``factor`` per noise site and the validation negative log predictive density per observed
+    scalar of the equal-weight mixture of all members before and of the weighted, scaled one
+    after.
     """
     from scipy.optimize import minimize
     from scipy.special import logsumexp
@@ -525,12 +547,9 @@ def _calibrate_mixture(bayes_model, val_data, num_obs: int, members: dict) -> tu
 
     lp = np.asarray(loglik(members), np.float64)  # (R, M)
     member_nll = -lp.sum(axis=1) / num_obs
-    finite = np.isfinite(member_nll)
-    keep = finite & (member_nll <= np.min(member_nll, where=finite, initial=np.inf) + MEMBER_SCORE_GAP)
-    keep = keep if keep.any() else np.ones(R, bool)
-    weights = keep / keep.sum()
-    log_w = jnp.asarray(np.log(np.where(keep, weights, 1.0)), dtype)
-    kept = np.flatnonzero(keep)
+    weights = np.asarray(weights, np.float64)
+    kept = np.flatnonzero(weights > 0)
+    log_w = jnp.asarray(np.log(np.where(weights > 0, weights, 1.0)), dtype)
 
     def nlpd(d):  # summed (per-observation means stop L-BFGS on its absolute tolerances early)
         lpd = loglik(shifted(d))[kept]  # (kept, M)
@@ -554,7 +573,6 @@ def _calibrate_mixture(bayes_model, val_data, num_obs: int, members: dict) -> tu
     parts = np.split(np.asarray(x, np.float64), np.cumsum(sizes)[:-1]) if sites else []
     record = {
         "member_validation_nll": member_nll.tolist(),
-        "weights": weights.tolist(),
         "factor": {s.name: np.exp(part).tolist() for s, part in zip(sites, parts, strict=True)},
         "validation_nlpd_before": before / num_obs,
         "validation_nlpd_after": after / num_obs,
@@ -983,19 +1001,22 @@ def fit_svi(
     else:
         kept_points = {k: stacked_points[k][np.asarray(members["kept"])] for k in latent}
         kept_points, members["noise_profile"] = _profile_noise(bayes_model, data, kept_points)
+        weights, members["member_training_nll"] = _member_weights(
+            bayes_model, data, int(np.size(observations.q)), kept_points
+        )
+        weighted = int(np.count_nonzero(weights))
+        if weighted < 2 <= weights.size:
+            warnings.warn(
+                f"only {weighted} of {weights.size} ensemble members did not fail (training "
+                f"NLL within {MEMBER_SCORE_GAP} nat per scalar of the best): the posterior holds "
+                "one mode and its band no weight uncertainty; fit again with more restarts or "
+                "another key",
+                stacklevel=2,
+            )
         if val_nll is not None:
             kept_points, members["noise_calibration"] = _calibrate_mixture(
-                bayes_model, val_data, int(np.size(val_obs.q)), kept_points
+                bayes_model, val_data, int(np.size(val_obs.q)), kept_points, weights
             )
-            weighted = int(np.count_nonzero(members["noise_calibration"]["weights"]))
-            if weighted < 2 <= len(members["kept"]):
-                warnings.warn(
-                    f"only {weighted} of {len(members['kept'])} ensemble members did not fail on "
-                    f"the validation data (validation NLL within {MEMBER_SCORE_GAP} nat per "
-                    "scalar of the best): the posterior holds one mode and its band no weight "
-                    "uncertainty; fit again with more restarts or another key",
-                    stacklevel=2,
-                )
         points = [{k: v[i] for k, v in kept_points.items()} for i in range(len(members["kept"]))]
     grad_rel = grad = -np.inf
     for point in points:  # the gradient test at every point estimate: the worst one counts
@@ -1035,10 +1056,8 @@ def fit_svi(
     else:
         report["message"] += f"; gradient rms {grad_rel:.3g} x sqrt(observations)"
     if members is not None:  # the kept members' mixture as num_samples draws
-        # weights from the validation data (_calibrate_mixture: failed members 0), else equal;
-        # draws allocated by weight in a random order (allocate_draws)
-        calibration = members.get("noise_calibration") or {}
-        weights = calibration.get("weights", [1.0 / len(points)] * len(points))
+        # failed members 0, the others equal (_member_weights); draws allocated by weight in a
+        # random order (allocate_draws)
         idx = allocate_draws(weights, num_samples, k_draw)
         members["weights"] = [float(w) for w in weights]
         members["draw_member"] = idx.tolist()

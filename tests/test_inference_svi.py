@@ -337,19 +337,19 @@ def test_auto_guide_gives_network_weights_a_posterior():
     # noise scales and weights, checked with scipy: (1) each member's noise is its conditional
     # MAP given its weights (the 1-D optimum of the Gaussian likelihood of its own training
     # residuals plus the whitened N(0, 1) prior) times (2) one factor per joint that maximises the
-    # mixture's log predictive density of the validation data; (3) members whose validation NLL
-    # per scalar exceeds the best's by more than MEMBER_SCORE_GAP get weight 0, the others equal
+    # mixture's log predictive density of the validation data; (3) members whose training NLL
+    # per scalar (at the profiled noise) exceeds the best's by more than MEMBER_SCORE_GAP get
+    # weight 0, the others equal
     from scipy.optimize import minimize, minimize_scalar
     from scipy.special import logsumexp
     from scipy.stats import norm
 
-    from inference.svi import MEMBER_SCORE_GAP, _calibrate_mixture
+    from inference.svi import MEMBER_SCORE_GAP, _calibrate_mixture, _member_weights
 
     (site,) = model.noise_sites
     assert all(r["converged"] for r in ens["noise_profile"])
     calibration = ens["noise_calibration"]
     factor = np.asarray(calibration["factor"]["log_sigma_qdd"])
-    np.testing.assert_allclose(calibration["weights"], weights)
     loc, scale = site.prior.loc, site.prior.scale
     sigma = np.exp(loc + scale * np.asarray(members[site.site]))  # (3, n)
     for i in range(3):
@@ -379,7 +379,13 @@ def test_auto_guide_gives_network_weights_a_posterior():
     member_lp = norm.logpdf(np.asarray(vqdd), mean, sigma[:, None] / factor).sum(-1)  # profiled
     member_nll = -member_lp.sum(-1) / np.size(vqdd)
     np.testing.assert_allclose(calibration["member_validation_nll"], member_nll, rtol=1e-9)
-    keep = member_nll <= member_nll.min() + MEMBER_SCORE_GAP
+    train_mean = np.stack(
+        [jax.vmap(model.qdd_fn({k: v[i] for k, v in members.items()}))(q, qd, tau) for i in range(3)]
+    )
+    train_lp = norm.logpdf(np.asarray(qdd), train_mean, sigma[:, None] / factor).sum(-1)
+    train_nll = -train_lp.sum(-1) / np.size(qdd)
+    np.testing.assert_allclose(ens["member_training_nll"], train_nll, rtol=1e-9)
+    keep = train_nll <= train_nll.min() + MEMBER_SCORE_GAP
     np.testing.assert_allclose(weights, keep / keep.sum())
 
     def mixture_nlpd(log_c, w=weights):  # per observed scalar
@@ -404,13 +410,18 @@ def test_auto_guide_gives_network_weights_a_posterior():
     bad[out_w] = bad[out_w].at[3].multiply(5.0)
     from inference._validate import fit_inputs
 
+    _, prep, _ = fit_inputs(model, data)
+    bad_weights, bad_train = _member_weights(model, prep, int(np.size(qdd)), bad)
+    bad_pred = jax.vmap(model.qdd_fn({k: v[3] for k, v in bad.items()}))(q, qd, tau)
+    bad_nll = -norm.logpdf(np.asarray(qdd), np.asarray(bad_pred), sigma[0]).sum()  # as passed
+    assert bad_train[3] == pytest.approx(bad_nll / np.size(qdd), rel=1e-9)
+    assert bad_train[3] > min(bad_train) + MEMBER_SCORE_GAP
+    expected = np.r_[keep, False]
+    np.testing.assert_allclose(bad_weights, expected / expected.sum())
     _, vprep, _ = fit_inputs(model, valid)
-    _, record = _calibrate_mixture(model, vprep, int(np.size(vqdd)), bad)
-    bad_nll = -norm.logpdf(np.asarray(vqdd), predictions(bad)[3], sigma[0]).sum() / np.size(vqdd)
-    assert record["member_validation_nll"][3] == pytest.approx(bad_nll, rel=1e-9)
-    assert bad_nll > member_nll.min() + MEMBER_SCORE_GAP
-    np.testing.assert_allclose(record["weights"], np.r_[weights, 0.0])
-    np.testing.assert_allclose(record["factor"]["log_sigma_qdd"], np.ones(robot.n), rtol=1e-3)
+    _, record = _calibrate_mixture(model, vprep, int(np.size(vqdd)), bad, bad_weights)
+    if np.array_equal(bad_weights[:3], weights):  # the same mixture: the factors stay 1
+        np.testing.assert_allclose(record["factor"]["log_sigma_qdd"], np.ones(robot.n), rtol=1e-3)
 
 
 def test_allocate_draws_carries_the_weights_in_a_random_order():
