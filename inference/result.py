@@ -344,8 +344,8 @@ class FitResult:
         return {s: jnp.asarray(group[stored_name(s)].values) for s in self.latent_sites}
 
     def ensemble_weights(self) -> np.ndarray | None:
-        """The mixture weight of each of :meth:`ensemble_members` (R,) (0 for a member that failed
-        on the validation data, equal for the others), else None. The draws carry them rounded
+        """The mixture weight of each of :meth:`ensemble_members` (R,) (0 for a member whose
+        optimisation failed, equal for the others), else None. The draws carry them rounded
         (``attrs["ensemble"]["draw_member"]``)."""
         if "ensemble" not in self.idata.children:
             return None

@@ -677,7 +677,7 @@ def fit_svi(
         key: ``jax.random`` key or int seed (MAP stage, ELBO noise, guide draws, predictive).
         guide: ``"delta"`` (MAP), ``"normal"``, ``"mvn"``, ``"lowrank"`` (Gaussians started at
             a MAP), ``"ensemble"`` (MAPs from ``restarts`` prior draws, an equal-weight
-            mixture of the members that did not fail on the validation data: ``num_samples``
+            mixture of the members that did not fail, :func:`_member_weights`: ``num_samples``
             draws allocated by weight in a random order, ``attrs["ensemble"]["draw_member"]``;
             the members and weights in the result's ``ensemble`` group,
             ``FitResult.ensemble_members``; each member's noise scales at their conditional MAP
@@ -714,10 +714,9 @@ def fit_svi(
             scored at the guide's median; a stage (member) stops after ``patience`` scores
             without improvement and keeps its best state
             (:mod:`inference.early_stopping`; how networks stop overfitting a few episodes).
-            Recorded in ``attrs["early_stopping"]``. The ensemble also drops its failed members
-            and scales its noise by one factor per noise element fitted to it
-            (``attrs["ensemble"]["noise_calibration"]``, :func:`_calibrate_mixture`). None: every
-            step runs.
+            Recorded in ``attrs["early_stopping"]``. The ensemble also scales its noise by one
+            factor per noise element fitted to it (``attrs["ensemble"]["noise_calibration"]``,
+            :func:`_calibrate_mixture`). None: every step runs.
         patience: see ``validation`` (scores, i.e. chunks of ``chunk_size`` steps).
         convergence_rtol: relative loss change for :func:`convergence_report`.
         polish: delta guide only: finish with damped Newton from the SVI point
