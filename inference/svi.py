@@ -200,7 +200,7 @@ def default_guide(bayes_model) -> str:
     default) in one vmapped program, each stopped on its own validation minimum where
     ``validation`` is given; the posterior is their equal-weight mixture, a Bayesian model
     average over modes (Wilson & Izmailov 2020), less the members that failed
-    (:func:`_calibrate_mixture`). Why not the low-rank Gaussian around one MAP
+    (:func:`_member_weights`). Why not the low-rank Gaussian around one MAP
     (``"lowrank"``, the default before): its scales start at ``init_scale`` (1e-3) and Adam moves
     them by about the learning rate per step, so in a few thousand steps a weight's sd stays near
     1e-3, and where the held-out error is the network's own (it generalises worse than it fits)
