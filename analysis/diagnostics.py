@@ -65,9 +65,10 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
     is the forward dynamics at ``tau_obs - e``; for rigid bodies ``M^-1 e`` around the mean).
     Returns the NMSE of the (noise-free) posterior mean per joint (:func:`accel_nmse`), the
     coverage of the observed ``qdd`` by the equal-tailed ``prob`` predictive band (pooled and per
-    joint) and its mean width per joint, and the excess kurtosis of the posterior mean's residuals per joint (Fisher's: 0 for Normal
-    errors; hardware-like accelerations, filtered differences of quantised positions, measured
-    20-45: a Normal noise model's band then over-covers the bulk, ``noise="student-t"`` fits).
+    joint) and its mean width per joint, and the excess kurtosis of the posterior mean's
+    residuals per joint (Fisher's: 0 for Normal errors; hardware-like accelerations, filtered
+    differences of quantised positions, measured 20-45: a Normal noise model's band then
+    over-covers the bulk, ``noise="student-t"`` fits).
     """
     draws = thin_draws(result.posterior_samples(), max_draws)
     pred = heldout_predictions(bayes_model, draws, dataset)

@@ -288,10 +288,11 @@ def check_tracking_result(
         if members is None:
             inverse = bm.tau_fn(posterior_mean_sample(samples))
         else:  # an ensemble's mean model: its members' torques averaged by mixture weight
-            weights = jnp.asarray(result.ensemble_weights())
-            fns = [bm.tau_fn({k: v[i] for k, v in members.items()}) for i in range(len(weights))]
+            weights = result.ensemble_weights()
+            kept = np.flatnonzero(weights)  # a failed member (weight 0) is not evaluated
+            fns = [bm.tau_fn({k: v[i] for k, v in members.items()}) for i in kept]
             inverse = lambda q, qd, qdd: jnp.tensordot(
-                weights, jnp.stack([f(q, qd, qdd) for f in fns]), axes=1
+                jnp.asarray(weights[kept]), jnp.stack([f(q, qd, qdd) for f in fns]), axes=1
             )
     else:
         inverse = rigid_body_inverse(robot)

@@ -72,9 +72,8 @@ def main() -> None:
         log_likelihood=False,
         validation=model_data(valid, robot=robot),
     )
-    kept = np.flatnonzero(fit.ensemble_weights())  # the members that did not fail, equal weights
-    members = {k: v[kept] for k, v in fit.ensemble_members().items()}
-    R = kept.size
+    members = vl.weighted_members(fit)  # the members that did not fail, equal weights
+    R = next(iter(members.values())).shape[0]
     (site,) = model.noise_sites
     f = np.asarray(fit.attrs["ensemble"]["noise_calibration"]["factor"][site.name])
     profiled = dict(members)  # the calibration undone: the members' own noise MAPs

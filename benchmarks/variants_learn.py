@@ -247,9 +247,9 @@ def base_error(model, draws, robot, true_theta):
     return float(np.max(np.abs(fit - true) / np.maximum(np.abs(true), 1e-2 * np.abs(true).max())))
 
 
-def replay_draws(fit) -> dict:
-    """The draws to replay: an ensemble's members with non-zero weight (never a mean of network
-    weights, which would be no member's network), else the posterior draws."""
+def weighted_members(fit) -> dict:
+    """An ensemble's members with non-zero weight (never a mean of network weights, which would
+    be no member's network), else the posterior draws: the draws to replay."""
     members = fit.ensemble_members()
     if members is None:
         return fit.posterior_samples()
@@ -259,7 +259,7 @@ def replay_draws(fit) -> dict:
 
 def replays_out_of_domain(model, draws, episodes, robot) -> tuple[int, int, int]:
     """Open-loop replays of each episode's recorded efforts from its start state by each of the
-    first (up to) 4 of ``draws`` (:func:`replay_draws`): ``(replays out of domain, recorded
+    first (up to) 4 of ``draws`` (:func:`weighted_members`): ``(replays out of domain, recorded
     episodes out of domain, replays)``."""
     steps = int(round(REPLAY_SECONDS * RATE_HZ))
     first = jax.tree.map(lambda x: x[:4], draws)
@@ -365,7 +365,7 @@ def main(argv=None) -> int:
                     replays = "-"
                     if model.family.learns_kinematics:
                         out, rec, k = replays_out_of_domain(
-                            model, replay_draws(fit), train.episodes + test.episodes, robot
+                            model, weighted_members(fit), train.episodes + test.episodes, robot
                         )
                         replays = f"{out}/{k} (recorded {rec})"
                     guide = fit.attrs["settings"]["guide"] + (" (base coords)" if identifiable else "")
