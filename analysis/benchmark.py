@@ -223,13 +223,23 @@ def read_cell(path: str | os.PathLike, *, schema: str = CELL_SCHEMA) -> dict | N
     return record
 
 
+GRID_AXES = ("seeds",)
+"""Settings fields that say which cells a run holds, not how a cell is computed (the cell
+carries its own dataset seed): a run with more seeds keeps the cells of the seeds it shares."""
+
+
+def _cell_settings(settings: dict) -> dict:
+    return {k: v for k, v in settings.items() if k not in GRID_AXES}
+
+
 def _finished(record: dict | None, cell: dict, settings: dict) -> bool:
     """Whether ``record`` is a finished computation of ``cell`` (its dataset options included)
-    under ``settings``: kept on resume instead of computed again."""
+    under ``settings`` (the grid's axes, :data:`GRID_AXES`, aside): kept on resume instead of
+    computed again."""
     return bool(
         record
         and record["status"] == "ok"
-        and record.get("settings") == settings
+        and _cell_settings(record.get("settings") or {}) == _cell_settings(settings)
         and record.get("cell") == cell
     )
 

@@ -161,6 +161,22 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
     assert fourth.ran == (stale_id,)
     assert fourth.kept == (cell_id("cartpole", "trajectories", VARIANTS[2]),)
     assert read_cell(stale)["cell"]["data"] == MEASUREMENT_NOISE
+    # more dataset seeds: the cells of the seeds already run are kept, only the new seed runs
+    seeded = run_benchmark(
+        out,
+        setting="tiny",
+        systems=("cartpole",),
+        datasets=("trajectories",),
+        variants=variants[2:3],
+        cell_fn=cell_module.cell,
+        processes=False,
+        n_workers=1,
+        progress=False,
+        rollout_seconds=0.0,
+        seeds=(0, 7),
+    )
+    assert seeded.kept == (cell_id("cartpole", "trajectories", VARIANTS[2]),)
+    assert seeded.ran == (cell_id("cartpole", "trajectories", VARIANTS[2], 7),)
     # other settings invalidate the kept cells
     third = run_benchmark(
         out,
@@ -176,7 +192,7 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
         svi_steps=7,
     )
     assert len(third.ran) == 2 and not third.kept
-    assert len(load_records(out)) == 156
+    assert len(load_records(out)) == 157
 
 
 def test_resume_after_killed_run(tmp_path, cell_module):
