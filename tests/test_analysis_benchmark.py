@@ -329,6 +329,29 @@ def test_bootstrap_interval_and_verdicts():
     assert _interval_verdict(1.5, 2.5, 0.5, 2.0) is None
 
 
+def test_bootstrap_interval_over_dataset_seeds():
+    """With several seeds the interval resamples the seeds too: three seeds whose cells sit
+    tightly around 1, 2 and 3 give a narrow interval over cells alone but one that spans the
+    seeds' disagreement when the seeds are resampled (two-stage); one seed is the plain case."""
+    from analysis.report import bootstrap_interval
+
+    rng = np.random.default_rng(2)
+    x = np.concatenate([m + 0.01 * rng.standard_normal(50) for m in (1.0, 2.0, 3.0)])
+    seeds = np.repeat([0, 1, 2], 50)
+    _, lo, hi = bootstrap_interval(x, np.median)
+    assert hi - lo < 0.1  # 150 cells, no seed structure: the median is pinned near 2
+    _, lo2, hi2 = bootstrap_interval(x, np.median, groups=seeds)
+    assert lo2 < 1.1 and hi2 > 2.9  # e.g. all three resampled seeds = seed 0, or seed 2
+    assert bootstrap_interval(x, np.median, groups=np.zeros(150)) == bootstrap_interval(
+        x, np.median
+    )
+    # NaNs are dropped with their labels
+    y = np.append(x, np.nan)
+    assert bootstrap_interval(y, np.median, groups=np.append(seeds, 5)) == (
+        bootstrap_interval(x, np.median, groups=seeds)
+    )
+
+
 def test_paired_ratios_ignore_rounding_level_errors():
     """Two exact fits (errors 1e-19 and 1e-12, both rounding) compare as equal, not 1e-7."""
     from analysis.report import ERROR_FLOOR, conclusions
