@@ -2,7 +2,9 @@
 
 All variants of a (system, dataset kind, dataset seed) share one dataset (:func:`data_seed`),
 generated once per worker process (:func:`cell_data`) and split by whole episodes into training,
-validation and held-out episodes, as the paper compares its variants on the same data.
+validation and held-out episodes, as the paper compares its variants on the same data. Their
+models' normalisers are those of dataset seed 0 of the same (system, kind), for every seed
+(:func:`grid_scales`: compiled programs are shared across seeds).
 
 The posterior of a cell (:func:`fit_posterior`) is the library's own path for its variant:
 
@@ -196,6 +198,24 @@ def _data_key(cell: dict, settings: dict) -> tuple:
     )
 
 
+def grid_scales(cell: dict, settings: dict) -> dict:
+    """The normalisers of a cell's model (:func:`models.data_scales`, per joint): those of the
+    training episodes of the cell's (system, dataset kind) at dataset seed 0, for every seed.
+
+    Scales enter the compiled programs as constants (JAX's persistent compilation cache keys on
+    them), so with one set per (system, kind) the programs compiled for one dataset seed serve
+    the others. They are normalisers of the same experiment's magnitudes, which differ by
+    0.3-10 % between seeds (docs/measurements.md).
+    """
+    return _reference_scales(*_data_key({**cell, "seed": 0}, settings))
+
+
+@functools.lru_cache(maxsize=16)
+def _reference_scales(*data_key) -> dict:
+    dataset, train, _, _ = cell_data(*data_key)
+    return data_scales(model_data(train), dataset.robot())
+
+
 def nuts_converged(diagnostics: dict, *, min_ess: float) -> tuple[bool, str | None]:
     """``(converged, reason)`` of a NUTS fit from :meth:`inference.FitResult.diagnostics` over its
     latent sites (in the identifiable geometry: base parameters, coefficients, noise scales)."""
@@ -374,7 +394,8 @@ def fit_cell(cell: dict, settings: dict) -> dict:
     options = (
         {"noise_scale": nominal_torque_residual(robot, md)} if cell["variant"] == "nea" else {}
     )
-    bm = build_model(cell["variant"], robot, scales=data_scales(md, robot), **options)
+    scales = grid_scales(cell, settings)
+    bm = build_model(cell["variant"], robot, scales=scales, **options)
     bm, geometry = identifiable_where_possible(bm)
     start = time.perf_counter()
     fit, info = fit_posterior(bm, geometry, train, valid, settings, key=seed)
@@ -399,6 +420,7 @@ def fit_cell(cell: dict, settings: dict) -> dict:
         true_success=true_success,
     )
     metrics["posterior"] = info
+    metrics["scales"] = {k: list(v) for k, v in scales.items()}
     return metrics
 
 

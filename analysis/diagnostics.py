@@ -37,8 +37,10 @@ def heldout_predictions(bayes_model, draws, dataset) -> np.ndarray:
         draws: pytree of latent sites with a leading draw axis (D, ...).
     """
     q, qd, _, tau = (jnp.asarray(x) for x in dataset.arrays())
-    predict = jax.jit(jax.vmap(lambda s: jax.vmap(bayes_model.qdd_fn(s))(q, qd, tau)))
-    return np.asarray(predict(draws))
+    predict = jax.jit(  # states as arguments: no constants, one program per shape
+        jax.vmap(lambda s, a, b, c: jax.vmap(bayes_model.qdd_fn(s))(a, b, c), (0, None, None, None))
+    )
+    return np.asarray(predict(draws, q, qd, tau))
 
 
 def accel_nmse(pred, qdd) -> np.ndarray:
@@ -86,11 +88,13 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
     elif "tau" in observed:  # tau_obs = tau(qdd) + e: qdd = forward dynamics at tau_obs - e
         q, qd, _, tau = (jnp.asarray(x) for x in dataset.arrays())
 
-        def noisy(s, k):
-            e = bayes_model.noise_dist(jnp.zeros_like(tau), s, "tau", 2).sample(k)
-            return jax.vmap(bayes_model.qdd_fn(s))(q, qd, tau - e)
+        def noisy(s, k, a, b, c):
+            e = bayes_model.noise_dist(jnp.zeros_like(c), s, "tau", 2).sample(k)
+            return jax.vmap(bayes_model.qdd_fn(s))(a, b, c - e)
 
-        pred = np.asarray(jax.jit(jax.vmap(noisy))(draws, keys))
+        pred = np.asarray(
+            jax.jit(jax.vmap(noisy, (0, 0, None, None, None)))(draws, keys, q, qd, tau)
+        )
     lo, hi = np.nanquantile(pred, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
     inside = (qdd >= lo) & (qdd <= hi)
     return {

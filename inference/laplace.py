@@ -190,7 +190,9 @@ def fit_laplace(
         index, weights = psis_resample(log_w, k_resample)
         z = z[index]
         laplace.update(weights)
-    draws = jax.jit(jax.vmap(lambda v: constrain_fn(bayes_model.model, (data,), {}, unravel(v))))(z)
+    draws = jax.jit(
+        jax.vmap(lambda v, d: constrain_fn(bayes_model.model, (d,), {}, unravel(v)), (0, None))
+    )(z, data)
     samples = {
         k: np.asarray(draws[k]).reshape(num_chains, num_samples, *np.shape(draws[k])[1:])
         for k in latent
@@ -219,11 +221,14 @@ def _potential_energies(bayes_model, data, z: jax.Array, unravel, *, batch_size:
     to sites), ``batch_size`` at a time (memory: ``batch_size`` likelihood evaluations over the
     data); +inf where not finite."""
 
-    def one(v):
-        u = potential_energy(bayes_model.model, (data,), {}, unravel(v))
+    def one(v, d):
+        u = potential_energy(bayes_model.model, (d,), {}, unravel(v))
         return jnp.where(jnp.isfinite(u), u, jnp.inf)
 
-    return jax.jit(lambda zz: jax.lax.map(one, zz, batch_size=min(batch_size, zz.shape[0])))(z)
+    def energies(zz, d):  # the data as an argument: no constants, one program per shape
+        return jax.lax.map(lambda v: one(v, d), zz, batch_size=min(batch_size, zz.shape[0]))
+
+    return jax.jit(energies)(z, data)
 
 
 def psis_resample(log_weights: np.ndarray, key) -> tuple[np.ndarray, dict]:

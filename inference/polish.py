@@ -144,11 +144,17 @@ def polish_map(
     unconstrained = unconstrain_fn(bayes_model.model, (data,), {}, point)
     x0, unravel = ravel_pytree(unconstrained)
 
-    def energy(x):
-        return potential_energy(bayes_model.model, (data,), {}, unravel(x))
+    def energy_of(x, d):  # the data as an argument: no constants, one program per shape
+        return potential_energy(bayes_model.model, (d,), {}, unravel(x))
 
-    value_and_grad = jax.jit(jax.value_and_grad(energy))
-    f_energy = jax.jit(energy)
+    value_and_grad_of = jax.jit(jax.value_and_grad(energy_of))
+    energy_fn = jax.jit(energy_of)
+
+    def value_and_grad(x):
+        return value_and_grad_of(x, data)
+
+    def f_energy(x):
+        return energy_fn(x, data)
 
     def hessian(x):  # the program laplace_inverse_mass compiles too: compiled once for both
         return potential_hessian(bayes_model, data, unravel(x), batch_size=batch_size)

@@ -1,9 +1,9 @@
 """Stochastic variational inference with optax optimisers, in a jitted ``lax.scan`` over chunks.
 
-The ELBO (Trace_ELBO; Wingate & Weber 2013, Ranganath et al. 2014) is maximised by an optax
-optimiser. Steps run as a compiled ``lax.scan`` of ``chunk_size`` updates (about 10x faster than
-``SVI.run``'s Python loop, docs/stack.md); progress and non-finite losses are checked between
-chunks. Guides: ``"delta"`` (MAP, ``AutoDelta``), ``"normal"`` (mean field, ``AutoNormal``),
+The ELBO (:class:`SortedTrace_ELBO`; Wingate & Weber 2013, Ranganath et al. 2014) is maximised
+by an optax optimiser. Steps run as a compiled ``lax.scan`` of ``chunk_size`` updates (about 10x
+faster than ``SVI.run``'s Python loop, docs/stack.md); progress and non-finite losses are
+checked between chunks. Guides: ``"delta"`` (MAP, ``AutoDelta``), ``"normal"`` (mean field, ``AutoNormal``),
 ``"mvn"`` (full-rank Gaussian), ``"lowrank"`` (low-rank plus diagonal Gaussian) and
 ``"ensemble"`` (MAPs from several prior draws, a mixture of those that did not fail); the
 default ``"auto"`` is ``"ensemble"`` for models with networks (a posterior over their weights,
@@ -26,15 +26,17 @@ import numpy as np
 import optax
 import xarray as xr
 from jax import lax
-from numpyro.infer import SVI, Trace_ELBO
+from numpyro import handlers
+from numpyro.infer import SVI
 from numpyro.infer.autoguide import (
     AutoDelta,
     AutoLowRankMultivariateNormal,
     AutoMultivariateNormal,
     AutoNormal,
 )
+from numpyro.infer.elbo import ELBO
 from numpyro.infer.initialization import init_to_mean, init_to_value
-from numpyro.infer.util import potential_energy
+from numpyro.infer.util import log_density, potential_energy
 from numpyro.optim import optax_to_numpyro
 
 from inference._common import (
@@ -189,6 +191,41 @@ def make_optimizer(
     if clip_norm is not None:
         opt = optax.chain(optax.clip_by_global_norm(clip_norm), opt)
     return opt
+
+
+class SortedTrace_ELBO(ELBO):
+    """The ELBO of NumPyro's ``Trace_ELBO`` (one sample of the guide per particle, the model
+    replayed on it, ``log p(x, z) - log q(z)``), each density summed in trace order.
+
+    ``Trace_ELBO`` subtracts and sums the per-site terms over a Python ``set`` of site names,
+    whose order follows the process's string-hash seed (``PYTHONHASHSEED``): its SVI program
+    then differs from process to process in the order of its operations (so in its last bits,
+    and in its compilation-cache key: JAX's persistent cache never reuses an SVI program that
+    another process compiled). Here both densities come from ``numpyro.infer.util.log_density``
+    (sites in the order the model and guide run). Mutable state (``numpyro.mutable``) is not
+    supported.
+    """
+
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        def single_particle_elbo(key):
+            model_seed, guide_seed = jax.random.split(key)
+            guide_density, guide_trace = log_density(
+                handlers.seed(guide, guide_seed), args, kwargs, param_map
+            )
+            model_density, _ = log_density(
+                handlers.replay(handlers.seed(model, model_seed), guide_trace),
+                args,
+                kwargs,
+                param_map,
+            )
+            return model_density - guide_density
+
+        if self.num_particles == 1:
+            elbo = single_particle_elbo(rng_key)
+        else:
+            keys = jax.random.split(rng_key, self.num_particles)
+            elbo = jnp.mean(self.vectorize_particles_fn(single_particle_elbo, keys))
+        return {"loss": -elbo, "mutable_state": None}
 
 
 def default_guide(bayes_model) -> str:
@@ -423,7 +460,7 @@ def _optimise_ensemble(
     ``monitor_factory`` gives a batched monitor). Returns ``(svi, guide, stacked state, losses
     (steps, R), timing)``."""
     svis, guides, states = _init_starts(
-        bayes_model, make_guide, opt, Trace_ELBO(), data, key=key, starts=starts,
+        bayes_model, make_guide, opt, SortedTrace_ELBO(), data, key=key, starts=starts,
         model_kwargs=model_kwargs,
     )
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *states)
@@ -892,7 +929,7 @@ def fit_svi(
                     bayes_model,
                     guide_factory("delta"),
                     opt,
-                    Trace_ELBO(),
+                    SortedTrace_ELBO(),
                     data,
                     key=k_map,
                     starts=init_fns,
@@ -915,7 +952,7 @@ def fit_svi(
         steps=settings["schedule_steps"],
         clip_norm=settings["clip_norm"],
     )
-    elbo = Trace_ELBO(num_particles=settings["num_particles"])
+    elbo = SortedTrace_ELBO(num_particles=settings["num_particles"])
     if stored is not None:
         guide_obj = guide_factory(guide)(init_fns[0])
         svi = SVI(bayes_model.model, guide_obj, optax_to_numpyro(opt), elbo)

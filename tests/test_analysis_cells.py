@@ -53,6 +53,27 @@ def test_every_cell_has_a_posterior_with_width(cells):
     assert cells["ffnn"].get("base_error") is None and cells["ffnn"]["energy_own"] is None
 
 
+def test_cells_of_every_seed_take_the_normalisers_of_seed_0(cells):
+    """One set of normalisers per (system, dataset kind): a seed-1 cell gets seed 0's training
+    episodes' data_scales (its own data's differ), and fit_cell records the ones it used."""
+    from analysis.cells import _data_key, cell_data, grid_scales
+    from models import data_scales
+
+    cell0, cell1 = make_grid(
+        systems=("cartpole",), datasets=("trajectories",), variants=("ffnn",), seeds=(0, 1)
+    )
+    _, train0, _, _ = cell_data(*_data_key(cell0, SETTINGS))
+    dataset1, train1, _, _ = cell_data(*_data_key(cell1, SETTINGS))
+    robot = dataset1.robot()
+    own0, own1 = data_scales(model_data(train0), robot), data_scales(model_data(train1), robot)
+    assert grid_scales(cell1, SETTINGS) == grid_scales(cell0, SETTINGS) == own0
+    assert not np.allclose(own1["qdd"], own0["qdd"])
+    uniform = make_grid(systems=("cartpole",), datasets=("uniform",), variants=("ffnn",))[0]
+    assert cells["ffnn"]["scales"] == {
+        k: list(v) for k, v in grid_scales(uniform, SETTINGS).items()
+    }
+
+
 def test_nea_noise_is_the_nominal_models_residual():
     """NEA's torque noise is fixed at the nominal model's residual, so its posterior has a mode
     on the under-actuated cart-pole; on the rigid plant's noise-free uniform data (the paper's

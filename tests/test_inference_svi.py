@@ -528,3 +528,65 @@ def test_fit_svi_without_validation_runs_every_step(problem, delta_fit):
     model, data, _, _ = problem
     with pytest.raises(ValueError, match="polish contradict"):
         fit_svi(model, data, key=0, guide="delta", steps=10, polish=True, validation=data, **FAST)
+
+
+_PROGRAM_HASH = """
+import hashlib, jax
+from numpyro.infer import SVI
+from numpyro.infer.autoguide import AutoNormal
+from numpyro.optim import Adam
+import bayes_nea as bn
+from inference.reference import linear_gaussian_model, simulate
+from inference.svi import SortedTrace_ELBO
+model = linear_gaussian_model(bn.get_system("cartpole"), noise_sd=0.1)
+data, _ = simulate(model, key=3, n_samples=30)
+svi = SVI(model.model, AutoNormal(model.model), Adam(1e-3), SortedTrace_ELBO(num_particles=2))
+state = svi.init(jax.random.key(0), data)
+print(hashlib.sha256(jax.jit(svi.update).lower(state, data).as_text().encode()).hexdigest())
+"""
+
+
+def test_sorted_elbo_is_numpyros_elbo_in_one_program_for_every_process(problem):
+    """``SortedTrace_ELBO`` gives NumPyro's ``Trace_ELBO`` value and gradient (same key, two
+    particles), and its SVI program is the same in processes with different string-hash seeds
+    (``Trace_ELBO`` orders its terms by a set of site names: its program, and so its
+    compilation-cache key, changes with ``PYTHONHASHSEED``)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.infer.autoguide import AutoNormal
+    from numpyro.optim import Adam
+
+    from inference.svi import SortedTrace_ELBO
+
+    model, data, _, _ = problem
+    guide = AutoNormal(model.model, init_scale=0.3)
+    values = []
+    for elbo in (Trace_ELBO(num_particles=2), SortedTrace_ELBO(num_particles=2)):
+        svi = SVI(model.model, guide, Adam(1e-3), elbo)
+        state = svi.init(jax.random.key(0), data)
+        params = svi.get_params(state)
+
+        def loss(p, elbo=elbo):
+            return elbo.loss(jax.random.key(5), p, model.model, guide, data)
+
+        values.append(jax.value_and_grad(loss)(params))
+    (v0, g0), (v1, g1) = values
+    assert v1 == pytest.approx(float(v0), rel=1e-12)
+    for k in g0:
+        np.testing.assert_allclose(g1[k], g0[k], rtol=1e-10, atol=1e-12)
+    root = Path(__file__).resolve().parents[1]
+    hashes = {
+        subprocess.run(
+            [sys.executable, "-c", _PROGRAM_HASH],
+            env=dict(os.environ, PYTHONPATH=str(root), PYTHONHASHSEED=str(h)),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for h in (1, 3)  # Trace_ELBO's programs differ between these two seeds
+    }
+    assert len(hashes) == 1
