@@ -36,7 +36,9 @@ def _observed_log_probs(bayes_model, data, point, model_kwargs) -> list:
 
 
 def heldout_nll(bayes_model, data, num_obs: int, *, model_kwargs=None) -> Callable:
-    """``point -> negative log-likelihood of data per observation`` (jittable).
+    """``point -> negative log-likelihood of data per observation`` (jittable). The callable
+    also takes the data as a second argument (``nll(point, data)``): inside a jitted function
+    pass them so, or the data become constants of the compiled program.
 
     Args:
         bayes_model: the model (``bayes_model.model(data)`` its NumPyro program).
@@ -50,7 +52,7 @@ def heldout_nll(bayes_model, data, num_obs: int, *, model_kwargs=None) -> Callab
     """
     model_kwargs = model_kwargs or {}
 
-    def nll(point):
+    def nll(point, data=data):
         lps = _observed_log_probs(bayes_model, data, point, model_kwargs)
         return -sum((jnp.sum(lp) for lp in lps), jnp.zeros(())) / num_obs
 
@@ -58,7 +60,8 @@ def heldout_nll(bayes_model, data, num_obs: int, *, model_kwargs=None) -> Callab
 
 
 def heldout_log_likelihood(bayes_model, data, *, model_kwargs=None) -> Callable:
-    """``point -> (M,)`` log-likelihood of each observed element of ``data`` (jittable).
+    """``point -> (M,)`` log-likelihood of each observed element of ``data`` (jittable; also
+    ``(point, data)``, as :func:`heldout_nll`).
 
     As :func:`heldout_nll`, without the sum: the observed sites' log-probabilities (per row, or
     per row and joint, as the site factorises), flattened and concatenated. Stacked over the
@@ -66,7 +69,7 @@ def heldout_log_likelihood(bayes_model, data, *, model_kwargs=None) -> Callable:
     """
     model_kwargs = model_kwargs or {}
 
-    def loglik(point):
+    def loglik(point, data=data):
         lps = _observed_log_probs(bayes_model, data, point, model_kwargs)
         return jnp.concatenate([jnp.ravel(lp) for lp in lps])
 
@@ -95,10 +98,15 @@ class EarlyStopping:
             which a member counts as stopped, and the run stops when every member has.
         label: the stage, for the report (``"map"``, ``"lowrank"``, ``"ensemble"``, ...).
         batched: states carry a leading member axis; each member keeps its own best.
+        data: passed to ``score`` as its second argument (``score(state, data)``), so that the
+            compiled score takes the data as an argument rather than as constants.
     """
 
-    def __init__(self, score: Callable, *, patience: int, label: str, batched: bool = False):
+    def __init__(
+        self, score: Callable, *, patience: int, label: str, batched: bool = False, data=None
+    ):
         self._score = jax.jit(score)
+        self._data = () if data is None else (data,)
         self.patience = int(patience)
         self.label = label
         self.batched = batched
@@ -113,7 +121,7 @@ class EarlyStopping:
     def record(self, state, step: int):
         """Score ``state`` (after ``step`` steps of this stage); keep what improves on the best.
         Returns the score (a float, or the best member's when batched)."""
-        value = np.asarray(self._score(state), dtype=np.float64)
+        value = np.asarray(self._score(state, *self._data), dtype=np.float64)
         self.steps.append(int(step))
         self.scores.append(value.tolist())
         if self.best_state is None:

@@ -284,14 +284,14 @@ def _run_svi(
     state (the losses are those of every step run).
     """
 
-    def update(s):
-        return svi.update(s, data, **model_kwargs)
+    def update(s, d):
+        return svi.update(s, d, **model_kwargs)
 
-    step = jax.vmap(update) if batched else update
+    step = jax.vmap(update, in_axes=(0, None)) if batched else update
 
-    def chunk(state, data, length):
+    def chunk(state, data, length):  # the data an argument, not constants of the program
         def body(s, _):
-            return step(s)
+            return step(s, data)
 
         return lax.scan(body, state, None, length=length)
 
@@ -563,7 +563,7 @@ def _calibrate_mixture(
 
     sites = _noise_sites(bayes_model, members)
     R = next(iter(members.values())).shape[0]
-    loglik = jax.vmap(heldout_log_likelihood(bayes_model, val_data))
+    loglik = jax.vmap(heldout_log_likelihood(bayes_model, val_data), in_axes=(0, None))
     dtype = next(iter(members.values())).dtype
     # a log factor d moves the latent by d / scale where the site is whitened (log sigma = loc +
     # scale z), by d where it is log sigma itself
@@ -572,7 +572,7 @@ def _calibrate_mixture(
     ]
     sizes = [int(np.prod(s.shape)) for s in sites]
 
-    def shifted(d):
+    def shifted(d, members=members):
         out = dict(members)
         if not sites:
             return out
@@ -582,22 +582,24 @@ def _calibrate_mixture(
             out[s.site] = members[s.site] + (part.reshape(s.shape) * unit)[None]
         return out
 
-    lp = np.asarray(loglik(members), np.float64)  # (R, M)
+    lp = np.asarray(loglik(members, val_data), np.float64)  # (R, M)
     member_nll = -lp.sum(axis=1) / num_obs
     weights = np.asarray(weights, np.float64)
     kept = np.flatnonzero(weights > 0)
-    log_w = jnp.asarray(np.log(np.where(weights > 0, weights, 1.0)), dtype)
+    # the weighted members and data as arguments of the compiled objective, not its constants
+    log_w = jnp.asarray(np.log(weights[kept]), dtype)
+    operands = (val_data, {k: v[kept] for k, v in members.items()}, log_w)
 
-    def nlpd(d):  # summed (per-observation means stop L-BFGS on its absolute tolerances early)
-        lpd = loglik(shifted(d))[kept]  # (kept, M)
-        return -jnp.sum(jax.scipy.special.logsumexp(lpd + log_w[kept, None], axis=0))
+    def nlpd(d, data, kept_members, log_w):  # summed (per-observation means stop L-BFGS early)
+        lpd = loglik(shifted(d, kept_members), data)  # (kept, M)
+        return -jnp.sum(jax.scipy.special.logsumexp(lpd + log_w[:, None], axis=0))
 
     before = float(-np.sum(logsumexp(lp, axis=0) - np.log(R)))
     if sites:
-        value_and_grad = jax.jit(jax.value_and_grad(nlpd))
+        value_and_grad = jax.jit(jax.value_and_grad(nlpd))  # the data an argument
 
         def fun(d):
-            v, g = value_and_grad(jnp.asarray(d, dtype))
+            v, g = value_and_grad(jnp.asarray(d, dtype), *operands)
             return float(v), np.asarray(g, np.float64)
 
         x = np.zeros(sum(sizes))
@@ -606,7 +608,7 @@ def _calibrate_mixture(
         if np.isfinite(opt.fun) and opt.fun <= after:
             x, after = opt.x, float(opt.fun)
     else:
-        x, after = np.zeros(0), float(nlpd(jnp.zeros(0, dtype)))
+        x, after = np.zeros(0), float(nlpd(jnp.zeros(0, dtype), *operands))
     parts = np.split(np.asarray(x, np.float64), np.cumsum(sizes)[:-1]) if sites else []
     record = {
         "member_validation_nll": member_nll.tolist(),
@@ -865,16 +867,17 @@ def fit_svi(
             return None
 
         def make(svi, guide_obj):
-            def score(state):
+            def score(state, d):
                 point = guide_obj.median(svi.get_params(state))
-                return val_nll({k: point[k] for k in latent})
+                return val_nll({k: point[k] for k in latent}, d)
 
             monitors.append(
                 EarlyStopping(
-                    jax.vmap(score) if batched else score,
+                    jax.vmap(score, in_axes=(0, None)) if batched else score,
                     patience=patience,
                     label=label,
                     batched=batched,
+                    data=val_data,
                 )
             )
             return monitors[-1]
