@@ -8,6 +8,7 @@ little. :func:`conclusions` computes each from the cell records; :func:`write_re
 
 from __future__ import annotations
 
+import collections
 import os
 from pathlib import Path
 
@@ -335,7 +336,8 @@ def write_report(
     settings = records[0].get("settings", {})
     total_fit = sum(_num(_get(r, "fit_seconds")) for r in ok)
     total_cell = sum(_num(r.get("seconds")) for r in records)
-    seeds = sorted({r["cell"].get("seed", 0) for r in records})
+    per_seed = collections.Counter(r["cell"].get("seed", 0) for r in records)
+    seeds = ", ".join(f"{k} ({per_seed[k]} cells)" for k in sorted(per_seed))
     converged = [r for r in ok if _get(r, "posterior.converged")]
     lines = [
         f"# {title}",
