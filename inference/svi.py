@@ -3,10 +3,10 @@
 The ELBO (:class:`SortedTrace_ELBO`; Wingate & Weber 2013, Ranganath et al. 2014) is maximised
 by an optax optimiser. Steps run as a compiled ``lax.scan`` of ``chunk_size`` updates (about 10x
 faster than ``SVI.run``'s Python loop, docs/stack.md); progress and non-finite losses are
-checked between chunks. Guides: ``"delta"`` (MAP, ``AutoDelta``), ``"normal"`` (mean field, ``AutoNormal``),
-``"mvn"`` (full-rank Gaussian), ``"lowrank"`` (low-rank plus diagonal Gaussian) and
-``"ensemble"`` (MAPs from several prior draws, a mixture of those that did not fail); the
-default ``"auto"`` is ``"ensemble"`` for models with networks (a posterior over their weights,
+checked between chunks. Guides: ``"delta"`` (MAP, ``AutoDelta``), ``"normal"`` (mean field,
+``AutoNormal``), ``"mvn"`` (full-rank Gaussian), ``"lowrank"`` (low-rank plus diagonal
+Gaussian) and ``"ensemble"`` (MAPs from several prior draws, a mixture of those that did not
+fail); the default ``"auto"`` is ``"ensemble"`` for models with networks (a posterior over their weights,
 so their bands have width; :func:`default_guide` says why) and ``"delta"`` otherwise
 (white-box models go on to NUTS). Gaussian guides start at the MAP (an ``AutoDelta`` fit of
 ``map_steps`` steps, or ``init``) with a small ``init_scale``: their default of 0.1 does not
