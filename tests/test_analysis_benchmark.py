@@ -96,16 +96,19 @@ def test_grid_and_settings():
 def test_full_grid_runs_and_resumes(tmp_path, cell_module):
     out = tmp_path / "bench"
     variants = VARIANTS[:-1] + ("will/fail/now",)
-    run = run_benchmark(
-        out,
-        setting="tiny",
-        variants=variants,
-        cell_fn=cell_module.cell,
-        processes=False,
-        n_workers=2,
-        progress=True,
-        rollout_seconds=0.0,
-    )
+
+    def in_process(**options):  # the tiny setting's toy cells, in this process, into ``out``
+        options = {"n_workers": 1, "progress": False, **options}
+        return run_benchmark(
+            out,
+            setting="tiny",
+            cell_fn=cell_module.cell,
+            processes=False,
+            rollout_seconds=0.0,
+            **options,
+        )
+
+    run = in_process(variants=variants, n_workers=2, progress=True)
     assert len(run.records) == 156 and len(run.ran) == 156 and not run.kept
     # the sweep's dask client is not left as the process's default scheduler (saving a result
     # with xarray afterwards failed: "Requested dask.distributed scheduler but no Client active")
@@ -126,16 +129,7 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
     )
     assert len(logged(tmp_path)) == 156
     # second run: the 150 finished cells are kept, only the 6 failed ones run again
-    again = run_benchmark(
-        out,
-        setting="tiny",
-        variants=variants,
-        cell_fn=cell_module.cell,
-        processes=False,
-        n_workers=2,
-        progress=False,
-        rollout_seconds=0.0,
-    )
+    again = in_process(variants=variants, n_workers=2)
     assert len(again.kept) == 150 and sorted(again.ran) == sorted(run.failed)
     assert len(logged(tmp_path)) == 156 + 6
     # a finished record of the same cell computed on other data (a uniform set before it got
@@ -146,49 +140,28 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
     assert record["cell"]["data"] == MEASUREMENT_NOISE
     del record["cell"]["data"]
     write_json_atomic(stale, record)
-    fourth = run_benchmark(
-        out,
-        setting="tiny",
+    fourth = in_process(
         systems=("cartpole",),
         datasets=("uniform", "trajectories"),
         variants=variants[2:3],
-        cell_fn=cell_module.cell,
-        processes=False,
-        n_workers=1,
-        progress=False,
-        rollout_seconds=0.0,
     )
     assert fourth.ran == (stale_id,)
     assert fourth.kept == (cell_id("cartpole", "trajectories", VARIANTS[2]),)
     assert read_cell(stale)["cell"]["data"] == MEASUREMENT_NOISE
     # more dataset seeds: the cells of the seeds already run are kept, only the new seed runs
-    seeded = run_benchmark(
-        out,
-        setting="tiny",
+    seeded = in_process(
         systems=("cartpole",),
         datasets=("trajectories",),
         variants=variants[2:3],
-        cell_fn=cell_module.cell,
-        processes=False,
-        n_workers=1,
-        progress=False,
-        rollout_seconds=0.0,
         seeds=(0, 7),
     )
     assert seeded.kept == (cell_id("cartpole", "trajectories", VARIANTS[2]),)
     assert seeded.ran == (cell_id("cartpole", "trajectories", VARIANTS[2], 7),)
     # other settings invalidate the kept cells
-    third = run_benchmark(
-        out,
-        setting="tiny",
+    third = in_process(
         systems=("cartpole",),
         datasets=("uniform",),
         variants=variants[:2],
-        cell_fn=cell_module.cell,
-        processes=False,
-        n_workers=1,
-        progress=False,
-        rollout_seconds=0.0,
         svi_steps=7,
     )
     assert len(third.ran) == 2 and not third.kept
