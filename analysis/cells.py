@@ -15,6 +15,7 @@ The posterior of a cell (:func:`fit_posterior`) is the library's own path for it
   warm-up and a new key after divergences, up to ``nuts_attempts`` runs;
 - ``nokin-diffnea`` without networks, when ``settings["kinematics_posterior"]`` is ``"laplace"``
   (the quick setting): the Laplace approximation at the polished MAP in the same coordinates,
+  its axes' shapes fitted to the log joint (fourth-order directions of learned placements) and
   corrected by Pareto-smoothed importance resampling (:func:`inference.fit_laplace`), converged
   when the MAP is checked and the weights' Pareto k is below its threshold: NUTS there costs
   ~4 min per cell on 6,000 states (docs/measurements.md), beyond the quick grid's budget; the
@@ -336,8 +337,15 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             "hessian_eig_min": eig,
             **{
                 k: report[k]
-                for k in ("pareto_k", "pareto_k_max", "importance_ess", "distinct_draws")
+                for k in (
+                    "pareto_k",
+                    "pareto_k_max",
+                    "importance_ess",
+                    "distinct_draws",
+                    "nonquadratic_axes",
+                )
             },
+            "proposal": fit.attrs["settings"]["proposal"],
         }
     warmup = int(settings["num_warmup"])
     info: dict = {"method": "nuts", "geometry": geometry, "attempts": 0, "extended": 0}
