@@ -323,7 +323,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             k = report["pareto_k"]
             reasons.append(
                 f"importance weights' Pareto k {k:.2f} > {report['pareto_k_max']:.2f}: the "
-                "Gaussian at the MAP misses posterior mass"
+                "Laplace proposal misses posterior mass"
                 if not np.isnan(k)
                 else "importance weights' tail could not be fitted (Pareto k NaN)"
             )
