@@ -26,8 +26,10 @@ The posterior of a cell (:func:`fit_posterior`) is the library's own path for it
 - variants with networks: ``fit_svi``'s ensemble of MAPs from prior draws, early-stopped and
   noise-calibrated on the validation episodes (issue 11); converged when every member stopped on
   its validation minimum and at least two members did not fail (``inference.svi.
-  MEMBER_SCORE_GAP``: with one, the band holds no uncertainty about the weights; where fewer
-  did, the cell is fitted once more with twice the members, :data:`ENSEMBLE_ATTEMPTS`).
+  MEMBER_SCORE_GAP``: with one, the band holds only that mode's output-layer Laplace
+  uncertainty, ``fit_svi``'s ``output_layer="auto"``, or none for friction networks; where
+  fewer did, the cell is fitted once
+  more with twice the members, :data:`ENSEMBLE_ATTEMPTS`).
 
 ``fit_cell(cell, settings) -> metrics`` (JSON-able) is the default cell function of
 :func:`analysis.benchmark.run_benchmark`; :func:`score_fit` computes:
@@ -284,7 +286,12 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
         if members < 2:  # the other members failed (inference.svi.MEMBER_SCORE_GAP)
             reasons.append(
                 f"{members} of {weights.size} members did not fail (training NLL within "
-                "MEMBER_SCORE_GAP of the best): the band holds no uncertainty about the weights"
+                "MEMBER_SCORE_GAP of the best): the band holds "
+                + (
+                    "only that mode's output-layer Laplace uncertainty"
+                    if fit.attrs["ensemble"].get("output_layer")
+                    else "no uncertainty about the weights"
+                )
             )
         calibration = fit.attrs["ensemble"].get("noise_calibration") or {}
         return fit, {

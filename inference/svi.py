@@ -49,6 +49,7 @@ from inference._progress import ProgressLine
 from inference._state import state_from_dataset, state_to_dataset
 from inference._validate import check_choice, check_positive_int, fit_inputs
 from inference.early_stopping import EarlyStopping, heldout_log_likelihood, heldout_nll
+from inference.output_layer import output_layer_draws
 from inference.polish import polish_map, polish_map_batched
 from inference.result import FitResult, build_idata, stored_name, trace_sites
 
@@ -700,6 +701,7 @@ def fit_svi(
     restart_steps: int | None = None,
     resume: FitResult | None = None,
     validation=None,
+    output_layer: str = "auto",
     patience: int = 5,
     convergence_rtol: float = 1e-4,
     polish: bool = False,
@@ -757,6 +759,13 @@ def fit_svi(
             factor per noise element fitted to it (``attrs["ensemble"]["noise_calibration"]``,
             :func:`_calibrate_mixture`). None: every step runs.
         patience: see ``validation`` (scores, i.e. chunks of ``chunk_size`` steps).
+        output_layer: the ``"ensemble"`` guide's draws of the networks' output layers:
+            ``"laplace"``: from the Laplace approximation at each draw's member given its other
+            values (:mod:`inference.output_layer`; exact for the conditional with Normal noise
+            where the output enters linearly); ``"none"``: the member's values; ``"auto"``:
+            ``"laplace"`` where fewer than two members carry weight (one mode: the band would
+            otherwise hold no weight uncertainty), else ``"none"``. Recorded in
+            ``attrs["ensemble"]["output_layer"]``.
         convergence_rtol: relative loss change for :func:`convergence_report`.
         polish: delta guide only: finish with damped Newton from the SVI point
             (:func:`inference.polish.polish_map`; dense Hessian, so for small models such as the
@@ -786,6 +795,7 @@ def fit_svi(
     """
     observations, data, summary = fit_inputs(bayes_model, data)
     check_choice("guide", guide, GUIDES)
+    check_choice("output_layer", output_layer, ("auto", "laplace", "none"))
     if guide == "auto":
         guide = "delta" if polish else default_guide(bayes_model)
     if guide == "ensemble" and (resume is not None or init is not None or polish):
@@ -841,6 +851,7 @@ def fit_svi(
         "num_particles": num_particles,
         "chunk_size": chunk_size,
         "subsample_size": subsample_size,
+        "output_layer": output_layer,
     }
     if val_nll is not None:
         settings["validation"] = {"samples": int(val_obs.q.shape[0]), "patience": patience}
@@ -1048,8 +1059,8 @@ def fit_svi(
             warnings.warn(
                 f"only {weighted} of {weights.size} ensemble members did not fail (training "
                 f"NLL within {MEMBER_SCORE_GAP} nat per scalar of the best): the posterior holds "
-                "one mode and its band no weight uncertainty; fit again with more restarts or "
-                "another key",
+                "one mode and its band at most the output layer's uncertainty (output_layer); "
+                "fit again with more restarts or another key",
                 stacklevel=2,
             )
         if val_nll is not None:
@@ -1101,6 +1112,14 @@ def fit_svi(
         members["weights"] = [float(w) for w in weights]
         members["draw_member"] = idx.tolist()
         samples = {k: v[idx][None] for k, v in kept_points.items()}
+        lone = int(np.count_nonzero(weights)) < 2
+        if getattr(bayes_model, "output_layer_prior_sd", None) and (
+            output_layer == "laplace" or (output_layer == "auto" and lone)
+        ):
+            draws, members["output_layer"] = output_layer_draws(
+                bayes_model, data, kept_points, idx, jax.random.fold_in(k_draw, 1)
+            )
+            samples = {k: jnp.asarray(v)[None] for k, v in draws.items()}
     else:
         params = svi.get_params(state)
         draws = 1 if guide == "delta" else num_samples

@@ -126,6 +126,19 @@ class BayesianNet:
         params, _ = eqx.partition(self.template, eqx.is_inexact_array)
         return tuple(f"{self.name}/{k}" for k in eqx_to_dict(params))
 
+    @property
+    def output_sites(self) -> dict[str, float]:
+        """The output layer's weight and bias sites and their prior standard deviations
+        (``{site: sd}``; the layer the network's prediction is linear in)."""
+        params, _ = eqx.partition(self.template, eqx.is_inexact_array)
+        leaves = eqx_to_dict(params)
+        last = f"layers[{self.depth}]."
+        return {
+            f"{self.name}/{k}": float(self._prior(k, v.shape).scale)
+            for k, v in leaves.items()
+            if k.startswith(last)
+        }
+
     def sample(self, dtype) -> dict:
         """Declare the weight sites (inside a model) through ``random_eqx_module``; returns them."""
         template = jtu.tree_map(

@@ -209,6 +209,19 @@ class BayesianModel:
         return self.family.black_box or bool(getattr(self.actuator, "nets", ()))
 
     @property
+    def output_layer_prior_sd(self) -> dict[str, float]:
+        """``{site: prior sd}`` of the output-layer weights and biases of every network whose
+        prediction is linear in them (``ffnn``, the residual and FF-NN actuators; not the
+        friction networks, which pass it through ``|.|``; empty without such networks): the
+        sites ``inference.fit_svi`` gives a Laplace approximation per ensemble member
+        (``output_layer``)."""
+        linear = getattr(self.actuator, "output_linear", False)
+        nets = ((self.family.net,) if self.family.black_box else ()) + (
+            tuple(getattr(self.actuator, "nets", ())) if linear else ()
+        )
+        return {site: sd for net in nets for site, sd in net.output_sites.items()}
+
+    @property
     def multimodal_start(self) -> bool:
         """Whether the start point matters enough for restarts: networks or learned placements."""
         return self.has_networks or self.family.learns_kinematics

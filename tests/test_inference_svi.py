@@ -590,3 +590,94 @@ def test_sorted_elbo_is_numpyros_elbo_in_one_program_for_every_process(problem):
         for h in (1, 3)  # Trace_ELBO's programs differ between these two seeds
     }
     assert len(hashes) == 1
+
+
+def test_output_layer_laplace_is_the_conditional_linear_gaussian_posterior():
+    """Given the hidden layers and the noise, ``ffnn``'s accelerations are linear in its output
+    layer, so with Normal noise that layer's conditional posterior is Bayesian linear regression:
+    precision ``sum_j A_j^T A_j / sigma_j^2 + diag(1 / prior sd^2)`` with ``A_j`` the design
+    of joint j. The design is read off the model's own predictions at unit output weights (not
+    from any Hessian code); the Laplace Hessian must equal the precision, and the draws must
+    have its inverse as covariance and leave every other site at the member."""
+    from inference.output_layer import output_layer_draws, output_layer_hessians
+    from models import ModelData, build_model
+
+    robot = bn.get_system("cartpole")
+    q, qd, qdd = bn.sample_states(robot, 3, 40)
+    tau = jax.random.normal(jax.random.key(5), q.shape, q.dtype)
+    model = build_model("ffnn", robot)
+    data = model.prepare(ModelData(q, qd, qdd, tau))
+    starts = [model.start_sample(key=jax.random.key(i)) for i in (11, 12)]
+    members = {k: jnp.stack([s[k] for s in starts]) for k in starts[0]}
+    prior_sd = model.output_layer_prior_sd
+    sites = sorted(prior_sd)
+    assert sites == ["ffnn_net/layers[2].bias", "ffnn_net/layers[2].weight"]
+    # the friction networks' output passes through |.|: not linear in the output layer
+    assert build_model("diffnea/nn-friction/weak", robot).output_layer_prior_sd == {}
+    assert sorted(build_model("diffnea/nn-residual/weak", robot).output_layer_prior_sd) == [
+        "actuator/residual_net/layers[2].bias",
+        "actuator/residual_net/layers[2].weight",
+    ]
+    H = output_layer_hessians(model, data, members, sites)
+    sizes = [int(np.prod(members[s].shape[1:])) for s in sites]
+    d = sum(sizes)
+    assert H.shape == (2, d, d)
+    for m, start in enumerate(starts):
+
+        def predict(flat, start=start):
+            parts = np.split(np.asarray(flat, np.float64), np.cumsum(sizes)[:-1])
+            sample = dict(start)
+            for s, part in zip(sites, parts, strict=True):
+                sample[s] = jnp.asarray(part.reshape(start[s].shape))
+            return np.asarray(jax.vmap(model.qdd_fn(sample))(q, qd, tau))  # (N, n)
+
+        base = predict(np.zeros(d))
+        design = np.stack([predict(np.eye(d)[k]) - base for k in range(d)], axis=-1)  # (N, n, d)
+        sigma = np.asarray(model.noise_sigma(start, "qdd", jnp.float64))
+        precision = np.einsum("inj,ink->jk", design / sigma[None, :, None] ** 2, design)
+        sd = np.concatenate([np.full(k, prior_sd[s]) for s, k in zip(sites, sizes, strict=True)])
+        precision += np.diag(1.0 / sd**2)
+        np.testing.assert_allclose(H[m], precision, rtol=1e-8, atol=1e-8 * np.abs(precision).max())
+    # draws: member 0's output layer ~ N(member, precision^-1); every other site the member's
+    member = np.repeat([0, 1], 3000)
+    draws, record = output_layer_draws(model, data, members, member, jax.random.key(3))
+    assert record["sites"] == sites and record["members"] == [0, 1]
+    assert record["floored"] == [0, 0]
+    for k in members:
+        if k not in sites:
+            np.testing.assert_array_equal(draws[k], np.asarray(members[k])[member])
+    flat = np.concatenate([draws[s][:3000].reshape(3000, -1) for s in sites], axis=1)
+    centre = np.concatenate([np.asarray(members[s][0]).ravel() for s in sites])
+    cov = np.linalg.inv(H[0])
+    sd0 = np.sqrt(np.diag(cov))
+    assert np.max(np.abs(flat.mean(axis=0) - centre) / sd0) < 5 / np.sqrt(3000) * 4
+    np.testing.assert_allclose(np.std(flat, axis=0), sd0, rtol=0.08)
+    corr = cov / np.outer(sd0, sd0)
+    assert np.max(np.abs(np.corrcoef(flat.T) - corr)) < 0.12
+    assert record["sd_max"][0] == pytest.approx(float(sd0.max()))
+
+
+def test_a_lone_ensemble_member_gets_its_output_layer_posterior():
+    """``output_layer="auto"``: one member carrying all the weight draws its output layer from
+    the Laplace approximation (the band gets weight uncertainty); the other weights stay at the
+    member."""
+    from models import ModelData, build_model
+
+    robot = bn.get_system("cartpole")
+    q, qd, qdd = bn.sample_states(robot, 3, 40)
+    tau = jax.random.normal(jax.random.key(5), q.shape, q.dtype)
+    model = build_model("ffnn", robot)
+    data = ModelData(q, qd, qdd, tau)
+    fit = fit_svi(model, data, key=0, steps=20, restarts=1, num_samples=50, **FAST)
+    assert fit.attrs["settings"]["output_layer"] == "auto"
+    record = fit.attrs["ensemble"]["output_layer"]
+    assert record["members"] == [0] and record["sd_min"][0] > 0
+    draws = fit.posterior_samples()
+    members = fit.ensemble_members()
+    for k, v in draws.items():
+        varies = float(np.ptp(np.asarray(v), axis=0).max()) > 0
+        assert varies == (k in record["sites"]), k
+        if not varies:
+            np.testing.assert_array_equal(np.asarray(v)[0], np.asarray(members[k][0]))
+    with pytest.raises(ValueError, match="output_layer"):
+        fit_svi(model, data, key=0, steps=2, output_layer="last", **FAST)
