@@ -85,8 +85,10 @@ def run_once(args) -> dict:
     return out
 
 
-def identifiable_row(system, actuator, prior, args, family="diffnea") -> dict:
-    """One cell of the identifiable-geometry table: Newton MAP then NUTS (the model's metric).
+def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[dict]:
+    """One cell of the identifiable-geometry table: Newton MAP then NUTS (the model's metric),
+    one row per NUTS key ``0 .. args.nuts_keys - 1`` from the same MAP (replicates of the
+    sampler on the same posterior: a divergence count of one run is a draw of a random count).
 
     Data: ``args.samples`` uniform states with N(0, 1) efforts, accelerations of the nominal
     robot with the prior-median friction of ``diffnea/<actuator>/informative`` (the same data
@@ -100,11 +102,8 @@ def identifiable_row(system, actuator, prior, args, family="diffnea") -> dict:
 
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     import bayes_nea as bn
-    from inference import fit_nuts
-    from inference.identified import identified_summary
     from inference.polish import polish_map
     from models import ModelData, build_model
     from models.identifiable import identifiable_model
@@ -126,10 +125,30 @@ def identifiable_row(system, actuator, prior, args, family="diffnea") -> dict:
     data = model.prepare(data)
     point, report = polish_map(model, data, model.init_sample(dtype=dtype))
     t_map = time.perf_counter() - t_start
+    return [
+        _nuts_row(model, data, point, report, t_map, system, family, actuator, prior, args, key)
+        for key in range(args.nuts_keys)
+    ]
+
+
+def _nuts_row(model, data, point, report, t_map, system, family, actuator, prior, args, key):
+    import time
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import bayes_nea as bn
+    from inference import fit_nuts
+    from inference.identified import identified_summary
+
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    robot = bn.get_system(system)
+    t_start = time.perf_counter() - t_map
     fit = fit_nuts(
         model,
         data,
-        key=0,
+        key=key,
         num_warmup=args.warmup,
         num_samples=args.draws,
         num_chains=2,
@@ -160,6 +179,7 @@ def identifiable_row(system, actuator, prior, args, family="diffnea") -> dict:
     return {
         "system": system,
         "variant": f"{family}/{actuator}/{prior}",
+        "key": key,
         "metric": "{}{}/{:g}".format(
             fit.attrs["settings"]["metric"],
             "-dense"
@@ -192,8 +212,8 @@ def run_identifiable(args) -> list[dict]:
         for system in args.systems.split(","):
             for actuator in args.actuators.split(","):
                 for prior in args.priors.split(","):
-                    rows.append(identifiable_row(system, actuator, prior, args, family))
-                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                    rows.extend(identifiable_rows(system, actuator, prior, args, family))
+                    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
 
 
@@ -209,6 +229,7 @@ def print_identifiable(rows, args) -> None:
     columns = [
         ("system", "{}"),
         ("variant", "{}"),
+        ("key", "{}"),
         ("metric", "{}"),
         ("map_converged", "{}"),
         ("total_s", "{:.1f}"),
@@ -237,7 +258,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument(
         "--metric",
-        choices=("laplace", "adapt", "laplace-adapt"),
+        choices=("laplace", "adapt", "laplace-adapt", "laplace-slices"),
         default=None,
         help="default: laplace; identifiable: the model's nuts_metric (fit_nuts 'auto')",
     )
@@ -254,6 +275,12 @@ def main(argv=None) -> int:
     p.add_argument("--actuators", default="viscous,stribeck")
     p.add_argument("--priors", default="informative,weak")
     p.add_argument("--target-accept", type=float, default=0.8, help="NUTS step-size target")
+    p.add_argument(
+        "--nuts-keys",
+        type=int,
+        default=1,
+        help="identifiable: NUTS runs per cell (keys 0..N-1) from the same MAP",
+    )
     args = p.parse_args(argv)
     if args.geometry == "identifiable":
         print_identifiable(run_identifiable(args), args)

@@ -24,7 +24,13 @@ from inference.result import FitResult, build_idata, trace_sites
 
 
 def laplace_inverse_mass(
-    bayes_model, data, point: dict, *, rtol: float | None = None, batch_size: int = 8
+    bayes_model,
+    data,
+    point: dict,
+    *,
+    rtol: float | None = None,
+    batch_size: int = 8,
+    slices: bool = False,
 ) -> jax.Array:
     """Inverse Hessian of ``-log p(z, data)`` in NumPyro's unconstrained space at ``point``.
 
@@ -40,6 +46,13 @@ def laplace_inverse_mass(
         batch_size: Hessian columns computed at once (Hessian-vector products, forward over
             reverse); memory is ``batch_size`` gradients' worth, so networks with thousands of
             weights on long datasets fit in memory (a dense ``jax.hessian`` asked 178 GB there).
+        slices: along each eigenvector of the result whose slice of ``-log p`` is far from the
+            Gaussian's (the rule of ``fit_laplace``'s slice proposal: fourth-order directions of
+            learned placements, where the Hessian holds little more than the prior), use the
+            variance of the fitted slice density ``exp(-(a t^2 + b t^4))`` instead of the
+            Hessian's (8 d more log-joint evaluations). A NUTS metric as wide as the prior
+            along a direction the data confine at fourth order makes the step size shrink by
+            the ratio of the two widths.
 
     Returns:
         (d, d) symmetric positive definite matrix over the unconstrained latent sites flattened
@@ -47,12 +60,35 @@ def laplace_inverse_mass(
         Hessian is not finite at ``point``.
     """
     unconstrained = unconstrain_fn(bayes_model.model, (data,), {}, point)
-    flat, _ = ravel_pytree(unconstrained)
+    flat, unravel = ravel_pytree(unconstrained)
     H = potential_hessian(bayes_model, data, unconstrained, batch_size=batch_size)
     H = np.asarray(H, dtype=np.float64)
     if not np.all(np.isfinite(H)):
         return jnp.full(H.shape, jnp.nan, dtype=flat.dtype)
-    return jnp.asarray(_floored_inverse(H, flat.dtype, rtol)[0], dtype=flat.dtype)
+    cov = _floored_inverse(H, flat.dtype, rtol)[0]
+    if slices:
+        axes, shapes, _ = _slice_shapes(
+            bayes_model, data, np.asarray(flat, np.float64), cov, unravel, flat.dtype
+        )
+        cov = (axes * shapes.variances()[None, :]) @ axes.T
+    return jnp.asarray(cov, dtype=flat.dtype)
+
+
+def _slice_shapes(bayes_model, data, centre, cov, unravel, dtype):
+    """``(axes (d, d), SliceProposal, fitted coefficients (d, 2))`` of ``cov``'s eigenvectors
+    scaled to its standard deviations (``z = centre + axes @ t``): the fitted shape
+    ``exp(-(a t^2 + b t^4))`` on the axes whose rise at ``t = 1`` is more than
+    :data:`SLICE_RESHAPE_FACTOR` off the Gaussian's 1/2, the Gaussian on the others."""
+    w, V = np.linalg.eigh(0.5 * (cov + cov.T))
+    axes = V * np.sqrt(np.maximum(w, 0.0))[None, :]
+    rises = _slice_rises(bayes_model, data, centre, axes, unravel, dtype)
+    fitted = fit_slice_coefficients(rises, SLICE_POINTS)
+    rise_at_one = fitted.sum(axis=1)  # the Gaussian's: 1/2
+    reshaped = (rise_at_one > 0.5 * SLICE_RESHAPE_FACTOR) | (
+        rise_at_one < 0.5 / SLICE_RESHAPE_FACTOR
+    )
+    shapes = SliceProposal.from_coefficients(np.where(reshaped[:, None], fitted, [0.5, 0.0]))
+    return axes, shapes, fitted
 
 
 def _floored_inverse(H: np.ndarray, dtype, rtol: float | None) -> tuple[np.ndarray, np.ndarray]:
@@ -204,18 +240,13 @@ def fit_laplace(
         eps = np.asarray(jax.random.normal(k_draw, (total, flat.shape[0]), jnp.float64))
         log_q = -0.5 * np.sum(eps**2, axis=1)
     else:
-        w, V = np.linalg.eigh(0.5 * (cov + cov.T))
-        axes = V * np.sqrt(np.maximum(w, 0.0))[None, :]  # z = centre + axes @ t: t ~ N(0, I)
-        rises = _slice_rises(bayes_model, data, centre, axes, unravel, flat.dtype)
-        fitted = fit_slice_coefficients(rises, SLICE_POINTS)
-        rise_at_one = fitted.sum(axis=1)  # the Gaussian's: 1/2
-        reshaped = (rise_at_one > 0.5 * SLICE_RESHAPE_FACTOR) | (
-            rise_at_one < 0.5 / SLICE_RESHAPE_FACTOR
-        )
-        slices = SliceProposal.from_coefficients(np.where(reshaped[:, None], fitted, [0.5, 0.0]))
+        axes, slices, fitted = _slice_shapes(bayes_model, data, centre, cov, unravel, flat.dtype)
         eps = slices.sample(k_draw, total)
         log_q = slices.log_density(eps)
-        laplace.update(slice_coefficients=fitted.tolist(), nonquadratic_axes=int(reshaped.sum()))
+        laplace.update(
+            slice_coefficients=fitted.tolist(),
+            nonquadratic_axes=int(np.any(slices.coefficients != [0.5, 0.0], axis=1).sum()),
+        )
     z = jnp.asarray(centre[None] + eps @ axes.T, flat.dtype)
     if importance == "psis":
         # log p(z, data) - log q(z) up to a constant
@@ -350,6 +381,19 @@ class SliceProposal(NamedTuple):
         for i in np.flatnonzero(self.coefficients[:, 1] > 0):
             t[:, i] = np.interp(u[:, i], self.cdf[i], self.grid[i])
         return t
+
+    def variances(self) -> np.ndarray:
+        """Variance (d,) of each axis's density: ``1 / (2 a)`` where Gaussian, else that of
+        the piecewise-constant density on the grid (exact for the draws)."""
+        a = self.coefficients[:, 0]
+        out = 1.0 / (2.0 * np.maximum(a, 1e-300))
+        for i in np.flatnonzero(self.coefficients[:, 1] > 0):
+            g, F = self.grid[i], self.cdf[i]
+            mass = np.diff(F)  # uniform on each cell: E t^2 = (g0^2 + g0 g1 + g1^2) / 3
+            second = (g[:-1] ** 2 + g[:-1] * g[1:] + g[1:] ** 2) / 3.0
+            mean = np.sum(mass * 0.5 * (g[:-1] + g[1:]))
+            out[i] = float(np.sum(mass * second) - mean**2)
+        return out
 
     def log_density(self, t: np.ndarray) -> np.ndarray:
         """Log density (size,) of draws ``t`` (size, d); ``-inf`` outside a support."""

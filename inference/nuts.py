@@ -33,7 +33,7 @@ from inference.laplace import laplace_inverse_mass
 from inference.result import FitResult, build_idata, trace_sites
 
 EXTRA_FIELDS = ("num_steps", "energy", "accept_prob", "adapt_state.step_size", "potential_energy")
-METRICS = ("auto", "adapt", "laplace", "laplace-adapt")
+METRICS = ("auto", "adapt", "laplace", "laplace-adapt", "laplace-slices")
 
 
 def _sample_stats(extra: dict, max_tree_depth: int) -> dict[str, np.ndarray]:
@@ -94,7 +94,9 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
             point = point_values(init, latent)
         else:
             point = {k: jnp.asarray(init[k]) for k in latent}
-        inverse_mass = np.asarray(laplace_inverse_mass(bayes_model, data, point))
+        inverse_mass = np.asarray(
+            laplace_inverse_mass(bayes_model, data, point, slices=metric == "laplace-slices")
+        )
         if not np.all(np.isfinite(inverse_mass)):
             warnings.warn(
                 "the Hessian of the log joint at init is not finite; NUTS adapts a dense metric "
@@ -230,7 +232,10 @@ def fit_nuts(
             during warm-up (Stan's windows) in coordinates whitened by the Laplace metric, then
             fixed (averaged over chains) for a step-size-only warm-up (the last fifth, at most
             100 steps) and the draws: for posteriors with skewed, weakly identified directions
-            whose spread the MAP's curvature misses (docs/inference-geometry.md). An array: that
+            whose spread the MAP's curvature misses (docs/inference-geometry.md).
+            ``"laplace-slices"``: the Laplace metric with the variance of each of its axes
+            that the log joint shows to be far from Gaussian taken from the fitted slice
+            (``laplace_inverse_mass(slices=True)``; learned placements). An array: that
             fixed inverse mass matrix, (d,) diagonal or (d, d) dense, over the latent sites
             flattened in NumPyro's order (sorted site names). With a fixed metric only the step
             size is adapted. The Laplace metrics cost d Hessian-vector products (d latent values)

@@ -69,9 +69,7 @@ def output_layer_draws(
     draw_member = np.asarray(draw_member)
     draws = {k: np.asarray(v)[draw_member] for k, v in members.items()}
     used = np.unique(draw_member)
-    H = output_layer_hessians(
-        bayes_model, data, {k: v[used] for k, v in members.items()}, sites
-    )
+    H = output_layer_hessians(bayes_model, data, {k: v[used] for k, v in members.items()}, sites)
     floor = 1.0 / max(prior_sd.values()) ** 2  # the prior's smallest precision
     unravel = ravel_pytree({s: members[s][0] for s in sites})[1]
     eps = np.asarray(jax.random.normal(key, (draw_member.size, H.shape[-1])), np.float64)

@@ -380,6 +380,8 @@ def test_slice_proposal_draws_its_own_density():
     var, fourth = _quartic_moments(0.3, 40.0)
     np.testing.assert_allclose(np.var(t[:, 1]), var, rtol=0.02)
     np.testing.assert_allclose(np.mean(t[:, 1] ** 4), fourth, rtol=0.04)
+    # the variances the NUTS metric takes from the slices: the draws' own, exactly
+    np.testing.assert_allclose(slices.variances(), [1.0, var], rtol=2e-3)
     grid = np.linspace(-3, 3, 60_001)
     points = np.stack([np.zeros_like(grid), grid], axis=1)
     # the quartic axis's density, the Gaussian axis held at 0 (its density there 1 / sqrt(2 pi))
@@ -431,3 +433,13 @@ def test_laplace_slices_recover_a_fourth_order_posterior(problem):
     np.testing.assert_allclose(np.var(x), var, rtol=0.12)
     beta = np.asarray(fit.posterior_samples()["beta"])
     np.testing.assert_allclose(np.std(beta, axis=0), np.sqrt(np.diag(cov))[:b], rtol=0.12)
+    # the NUTS metric with slices: along x (the last site in sorted order, independent of the
+    # others) the slice's variance instead of the prior's 1; the other block unchanged
+    from inference import laplace_inverse_mass
+
+    plain = np.asarray(laplace_inverse_mass(quartic, data, init))
+    shaped = np.asarray(laplace_inverse_mass(quartic, data, init, slices=True))
+    assert plain[-1, -1] == pytest.approx(1.0, rel=1e-8)
+    assert shaped[-1, -1] == pytest.approx(var, rel=2e-3)
+    np.testing.assert_allclose(shaped[:-1, :-1], plain[:-1, :-1], rtol=1e-8)
+    assert np.abs(shaped[-1, :-1]).max() < 1e-8 * np.abs(plain).max()
