@@ -28,8 +28,7 @@ The posterior of a cell (:func:`fit_posterior`) is the library's own path for it
   its validation minimum and at least two members did not fail (``inference.svi.
   MEMBER_SCORE_GAP``: with one, the band holds only that mode's output-layer Laplace
   uncertainty, ``fit_svi``'s ``output_layer="auto"``, or none for friction networks; where
-  fewer did, the cell is fitted once
-  more with twice the members, :data:`ENSEMBLE_ATTEMPTS`).
+  fewer did, the cell is fitted once more with twice the members, :data:`ENSEMBLE_ATTEMPTS`).
 
 ``fit_cell(cell, settings) -> metrics`` (JSON-able) is the default cell function of
 :func:`analysis.benchmark.run_benchmark`; :func:`score_fit` computes:

@@ -3,13 +3,14 @@
 An ensemble of MAPs (``fit_svi``'s ``"ensemble"`` guide) carries weight uncertainty only through
 its members' disagreement; where a single member carries all the weight (the others failed,
 ``inference.svi.MEMBER_SCORE_GAP``) its draws are one point and every posterior rollout is the
-same curve. Given the rest of a member's values, a network's prediction is linear in its
-output layer (the ``ffnn`` family, the residual and FF-NN actuators; the friction networks pass
-it through ``|.|``), so with Normal noise the conditional posterior of the output layer is
-Gaussian and the Laplace approximation at the member is exact for it (Bayesian linear
-regression on the last hidden layer's features; the "last-layer Laplace" of Daxberger et al.
-2021, around each mode of the ensemble as in Eschenhagen et al. 2021's mixtures of Laplace
-approximations). The other weights stay at the member.
+same curve. Given the rest of a member's values, the prediction of the ``ffnn`` family and of
+the residual and FF-NN actuators is linear in their networks' output layers, so with Normal
+noise the conditional posterior of those layers is Gaussian and the Laplace approximation at
+the member is exact for it (Bayesian linear regression on the last hidden layer's features; the
+"last-layer Laplace" of Daxberger et al. 2021, around each mode of the ensemble as in
+Eschenhagen et al. 2021's mixtures of Laplace approximations). The friction networks pass their
+output through ``|.|`` and are left out (``models`` ``output_layer_prior_sd``). The other
+weights stay at the member.
 """
 
 from __future__ import annotations
