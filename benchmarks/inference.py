@@ -102,8 +102,11 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
 
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     import bayes_nea as bn
+    from inference import fit_nuts
+    from inference.identified import identified_summary
     from inference.polish import polish_map
     from models import ModelData, build_model
     from models.identifiable import identifiable_model
@@ -125,82 +128,67 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
     data = model.prepare(data)
     point, report = polish_map(model, data, model.init_sample(dtype=dtype))
     t_map = time.perf_counter() - t_start
-    return [
-        _nuts_row(model, data, point, report, t_map, system, family, actuator, prior, args, key)
-        for key in range(args.nuts_keys)
-    ]
-
-
-def _nuts_row(model, data, point, report, t_map, system, family, actuator, prior, args, key):
-    import time
-
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    import bayes_nea as bn
-    from inference import fit_nuts
-    from inference.identified import identified_summary
-
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    robot = bn.get_system(system)
-    t_start = time.perf_counter() - t_map
-    fit = fit_nuts(
-        model,
-        data,
-        key=key,
-        num_warmup=args.warmup,
-        num_samples=args.draws,
-        num_chains=2,
-        init=point,
-        metric=args.metric or "auto",
-        dense_mass=args.metric == "adapt",
-        target_accept=args.target_accept,
-        progress=False,
-        num_predictive=0,
-        log_likelihood=False,
-    )
-    total = time.perf_counter() - t_start
-    d = fit.diagnostics()
-    post = fit.idata["posterior"]
-    ok = np.asarray(post["completion_ok"].values)
+    # what every NUTS run of the cell is scored against: the true base parameters and the
+    # held-out states of the predicted accelerations
     nominal = model.dynamics_robot.nominal
     if hasattr(model, "basis"):  # learned placements: B at the true (nominal) ones
         B = np.asarray(model.basis(jnp.asarray(nominal.rpy), jnp.asarray(nominal.xyz)))
     else:
         B = np.asarray(model.base.to_base)
     beta_true = B @ np.asarray(nominal.theta).reshape(-1)
-    beta = np.asarray(post["base_parameters"].values).reshape(-1, beta_true.size)
-    z = np.abs(beta.mean(0) - beta_true) / beta.std(0)
     hq, hqd, _ = bn.sample_states(robot, jax.random.PRNGKey(11), 20)
     htau = jax.random.normal(jax.random.PRNGKey(12), hq.shape, dtype)
-    table = identified_summary(fit, model, states=(hq.astype(dtype), hqd.astype(dtype), htau))
-    accel = table[table.index.str.startswith("qdd_pred")]
-    return {
-        "system": system,
-        "variant": f"{family}/{actuator}/{prior}",
-        "key": key,
-        "metric": "{}{}/{:g}".format(
-            fit.attrs["settings"]["metric"],
-            "-dense"
-            if fit.attrs["settings"]["metric"] == "adapt" and fit.attrs["settings"]["dense_mass"]
-            else "",
-            args.target_accept,
-        ),
-        "map_s": t_map,
-        "map_converged": report.converged,
-        "nuts_wall_s": fit.attrs["timing"]["wall_s"],
-        "total_s": total,
-        "leapfrog_per_draw": float(fit.idata["sample_stats"]["n_steps"].mean()),
-        "rhat_max": d["rhat_max"],
-        "ess_bulk_min": d["ess_bulk_min"],
-        "divergences": d["divergences"],
-        "rhat_identified_max": float(table["r_hat"].max()),
-        "ess_identified_min": float(table["ess_bulk"].min()),
-        "rhat_qdd_max": float(accel["r_hat"].max()),
-        "completed": float(ok.mean()),
-        "beta_z_max": float(z.max()),
-    }
+    held_out = (hq.astype(dtype), hqd.astype(dtype), htau)
+    rows = []
+    for key in range(args.nuts_keys):
+        t_nuts = time.perf_counter()
+        fit = fit_nuts(
+            model,
+            data,
+            key=key,
+            num_warmup=args.warmup,
+            num_samples=args.draws,
+            num_chains=2,
+            init=point,
+            metric=args.metric or "auto",
+            dense_mass=args.metric == "adapt",
+            target_accept=args.target_accept,
+            progress=False,
+            num_predictive=0,
+            log_likelihood=False,
+        )
+        total = t_map + time.perf_counter() - t_nuts
+        d = fit.diagnostics()
+        post = fit.idata["posterior"]
+        ok = np.asarray(post["completion_ok"].values)
+        beta = np.asarray(post["base_parameters"].values).reshape(-1, beta_true.size)
+        z = np.abs(beta.mean(0) - beta_true) / beta.std(0)
+        table = identified_summary(fit, model, states=held_out)
+        accel = table[table.index.str.startswith("qdd_pred")]
+        settings = fit.attrs["settings"]
+        dense = "-dense" if settings["metric"] == "adapt" and settings["dense_mass"] else ""
+        rows.append(
+            {
+                "system": system,
+                "variant": f"{family}/{actuator}/{prior}",
+                "key": key,
+                "metric": f"{settings['metric']}{dense}/{args.target_accept:g}",
+                "map_s": t_map,
+                "map_converged": report.converged,
+                "nuts_wall_s": fit.attrs["timing"]["wall_s"],
+                "total_s": total,
+                "leapfrog_per_draw": float(fit.idata["sample_stats"]["n_steps"].mean()),
+                "rhat_max": d["rhat_max"],
+                "ess_bulk_min": d["ess_bulk_min"],
+                "divergences": d["divergences"],
+                "rhat_identified_max": float(table["r_hat"].max()),
+                "ess_identified_min": float(table["ess_bulk"].min()),
+                "rhat_qdd_max": float(accel["r_hat"].max()),
+                "completed": float(ok.mean()),
+                "beta_z_max": float(z.max()),
+            }
+        )
+    return rows
 
 
 def run_identifiable(args) -> list[dict]:

@@ -1112,9 +1112,8 @@ def fit_svi(
         members["weights"] = [float(w) for w in weights]
         members["draw_member"] = idx.tolist()
         samples = {k: v[idx][None] for k, v in kept_points.items()}
-        lone = int(np.count_nonzero(weights)) < 2
         if getattr(bayes_model, "output_layer_prior_sd", None) and (
-            output_layer == "laplace" or (output_layer == "auto" and lone)
+            output_layer == "laplace" or (output_layer == "auto" and weighted < 2)
         ):
             draws, members["output_layer"] = output_layer_draws(
                 bayes_model, data, kept_points, idx, jax.random.fold_in(k_draw, 1)
