@@ -358,12 +358,20 @@ def _start_points(bayes_model, key, restarts: int):
 
 
 def _init_starts(bayes_model, make_guide, opt, elbo, data, *, key, starts, model_kwargs):
-    """One guide, SVI object and initial state per start (``starts``: init_loc_fns)."""
-    guides = [make_guide(fn) for fn in starts]
-    svis = [SVI(bayes_model.model, g, optax_to_numpyro(opt), elbo) for g in guides]
-    keys = jax.random.split(key, len(svis))
-    states = [svi.init(k, data, **model_kwargs) for svi, k in zip(svis, keys, strict=True)]
-    return svis, guides, states
+    """One SVI object and guide and an initial state per start. ``starts``: init_loc_fns or
+    ``{site: value}`` points, several only as points (delta guides). The guide is placed at the
+    first; each later point's state is ``SVI.init`` with the delta guide's loc params set to the
+    point: the state a guide placed there would start from (tested), without tracing the model
+    once more per start to place a guide. Returns ``(svi, guide, states)``."""
+    first = starts[0] if callable(starts[0]) else init_to_value(values=starts[0])
+    guide = make_guide(first)
+    svi = SVI(bayes_model.model, guide, optax_to_numpyro(opt), elbo)
+    keys = jax.random.split(key, len(starts))
+    states = [svi.init(keys[0], data, **model_kwargs)]
+    for point, k in zip(starts[1:], keys[1:], strict=True):
+        params = {f"{site}_{guide.prefix}_loc": v for site, v in point.items()}
+        states.append(svi.init(k, data, init_params=params, **model_kwargs))
+    return svi, guide, states
 
 
 def _optimise(
@@ -383,7 +391,7 @@ def _optimise(
     progress,
     monitor_factory=None,
 ):
-    """Optimise a guide from one or several starting points (``starts``: init_loc_fns).
+    """Optimise a guide from one or several starting points (``starts``: :func:`_init_starts`).
 
     With several, each runs ``restart_steps`` steps (vmapped: one compiled program), the one with
     the lowest mean loss over the last tenth of those steps is kept and runs the remaining
@@ -393,7 +401,7 @@ def _optimise(
     turned non-finite). ``monitor_factory(svi, guide)`` (optional) gives the
     :class:`~inference.early_stopping.EarlyStopping` of the remaining steps.
     """
-    svis, guides, states = _init_starts(
+    svi, guide, states = _init_starts(
         bayes_model, make_guide, opt, elbo, data, key=key, starts=starts, model_kwargs=model_kwargs
     )
     timing = {"compile_s": 0.0, "run_s": 0.0}
@@ -406,7 +414,7 @@ def _optimise(
         stacked = jax.tree.map(lambda *x: jnp.stack(x), *states)
         screen = min(restart_steps, steps)
         stacked, batch_losses, c_s, r_s = _run_svi(
-            svis[0],
+            svi,
             stacked,
             data,
             steps=screen,
@@ -431,11 +439,11 @@ def _optimise(
             "scores": [float(x) for x in scores],
         }
     if remaining > 0:
-        monitor = None if monitor_factory is None else monitor_factory(svis[0], guides[best])
+        monitor = None if monitor_factory is None else monitor_factory(svi, guide)
         if monitor is not None:
             monitor.start = steps - remaining  # its steps count from the stage's start
         state, rest, c_s, r_s = _run_svi(
-            svis[0],
+            svi,
             state,
             data,
             steps=remaining,
@@ -449,25 +457,25 @@ def _optimise(
         timing["run_s"] += r_s
         losses.append(rest)
     losses = np.concatenate(losses) if losses else np.zeros(0)
-    return svis[0], guides[best], state, losses, info, timing
+    return svi, guide, state, losses, info, timing
 
 
 def _optimise_ensemble(
     bayes_model, make_guide, opt, data, *, key, starts, steps, chunk_size, model_kwargs,
     progress, monitor_factory=None,
 ):
-    """MAPs from every start (``starts``: init_loc_fns), all run for ``steps`` in one vmapped
+    """MAPs from every start (``starts``: points, :func:`_init_starts`), all run for ``steps`` in one vmapped
     program (a deep ensemble; each member stops on its own validation minimum where
     ``monitor_factory`` gives a batched monitor). Returns ``(svi, guide, stacked state, losses
     (steps, R), timing)``."""
-    svis, guides, states = _init_starts(
+    svi, guide, states = _init_starts(
         bayes_model, make_guide, opt, SortedTrace_ELBO(), data, key=key, starts=starts,
         model_kwargs=model_kwargs,
     )
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *states)
-    monitor = None if monitor_factory is None else monitor_factory(svis[0], guides[0])
+    monitor = None if monitor_factory is None else monitor_factory(svi, guide)
     stacked, losses, c_s, r_s = _run_svi(
-        svis[0],
+        svi,
         stacked,
         data,
         steps=steps,
@@ -478,7 +486,7 @@ def _optimise_ensemble(
         batched=True,
         monitor=monitor,
     )
-    return svis[0], guides[0], stacked, losses, {"compile_s": c_s, "run_s": r_s}
+    return svi, guide, stacked, losses, {"compile_s": c_s, "run_s": r_s}
 
 
 def _noise_sites(bayes_model, members: dict) -> list:
@@ -924,7 +932,7 @@ def fit_svi(
         init_fns = (
             [init_to_mean()]
             if starts is None
-            else [init_to_value(values={k: p[k] for k in latent}) for p in starts]
+            else [{k: p[k] for k in latent} for p in starts]
         )
         settings["start"] = "prior draws" if starts is not None else "prior mean"
         settings["restarts"] = len(init_fns)

@@ -285,6 +285,46 @@ def test_restarts_from_prior_draws_keep_the_best(restart_fit):
     assert fit.attrs["settings"]["start"] == "prior draws"
 
 
+def test_later_starts_share_one_guide_and_get_the_state_of_a_guide_placed_there():
+    """``_init_starts`` places one delta guide and sets the later starts' loc params: each state
+    must equal, leaf for leaf (params, optimiser moments, step count, key), the state of an
+    ``AutoDelta`` placed at that start by NumPyro itself."""
+    from numpyro.infer import SVI
+    from numpyro.infer.autoguide import AutoDelta
+    from numpyro.infer.initialization import init_to_value
+    from numpyro.optim import optax_to_numpyro
+
+    from inference.svi import SortedTrace_ELBO, _init_starts
+    from models import ModelData, build_model
+
+    robot = bn.get_system("cartpole")
+    q, qd, qdd = bn.sample_states(robot, 1, 20)
+    tau = jax.random.normal(jax.random.key(2), q.shape, q.dtype)
+    model = build_model("diffnea/nn-residual/weak", robot)
+    data = model.prepare(ModelData(q, qd, qdd, tau))
+    points = [model.start_sample(jax.random.key(i)) for i in (3, 4, 5)]
+    opt = make_optimizer("adam", 1e-2)
+    key = jax.random.key(7)
+    svi, guide, states = _init_starts(
+        model, lambda fn: AutoDelta(model.model, init_loc_fn=fn), opt, SortedTrace_ELBO(), data,
+        key=key, starts=points, model_kwargs={},
+    )
+    for point, k, state in zip(points, jax.random.split(key, 3), states, strict=True):
+        placed = AutoDelta(model.model, init_loc_fn=init_to_value(values=point))
+        expected = SVI(model.model, placed, optax_to_numpyro(opt), SortedTrace_ELBO()).init(k, data)
+        assert jax.tree.structure(state.optim_state) == jax.tree.structure(expected.optim_state)
+        for a, b in zip(jax.tree.leaves(state.optim_state), jax.tree.leaves(expected.optim_state),
+                        strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        assert np.array_equal(
+            jax.random.key_data(state.rng_key), jax.random.key_data(expected.rng_key)
+        )
+        median = guide.median(svi.get_params(state))
+        for site, value in point.items():
+            if site in median:
+                assert np.array_equal(median[site], value)  # the guide sits at this start
+
+
 def test_auto_guide_gives_network_weights_a_posterior():
     from inference import default_guide
     from models import ModelData, build_model
