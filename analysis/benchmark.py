@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from analysis.cells import fit_cell, grid_dataset_options
-from analysis.resources import release_compiled_programs
+from analysis.resources import pin_local_workers, release_compiled_programs
 from data.io import remove_stale_temporaries, write_json_atomic
 from models import variant_names
 
@@ -433,6 +433,8 @@ def run_benchmark(
                 dashboard_address=None,
             )
             client = Client(cluster, set_as_default=False)
+            if processes:
+                pin_local_workers(client, len(cluster.workers))
         else:
             cluster = None
             client = Client(scheduler, set_as_default=False)

@@ -42,6 +42,7 @@ from scipy import stats
 import bayes_nea as bn
 from analysis.benchmark import read_cell, run_and_record
 from analysis.plots import plt
+from analysis.resources import pin_local_workers
 from data.io import write_atomic
 from inference import laplace_inverse_mass
 from inference.polish import polish_map_batched
@@ -375,6 +376,7 @@ def run_calibration(
                 dashboard_address=None,
             )
             client = Client(cluster, set_as_default=False)
+            pin_local_workers(client, len(cluster.workers))
         else:
             cluster, client = None, Client(scheduler, set_as_default=False)
         futures = []

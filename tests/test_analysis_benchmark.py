@@ -357,3 +357,43 @@ def test_release_compiled_programs_unmaps_them():
     held = memory_map_count()
     assert release_compiled_programs(0.0) is True
     assert memory_map_count() < held  # the 40 programs are unmapped although fns holds them
+
+
+def _thread_affinities():
+    import os
+
+    return sorted(
+        {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")}, key=sorted
+    )
+
+
+def test_worker_cpus_share_the_cores():
+    from analysis.resources import worker_cpus
+
+    assert [worker_cpus(i, 2, [0, 1]) for i in range(2)] == [[0], [1]]
+    assert [worker_cpus(i, 2, [0, 1, 2, 3, 4]) for i in range(2)] == [[0, 2, 4], [1, 3]]
+    assert [worker_cpus(i, 3, [5, 7]) for i in range(3)] == [[5], [7], [5]]
+    with pytest.raises(ValueError):
+        worker_cpus(0, 0, [0])
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux only")
+def test_local_workers_are_pinned_to_their_own_cores():
+    """Every thread of each local worker process runs on that worker's share of the CPUs, and
+    the shares of two workers do not overlap (where the machine has two CPUs or more)."""
+    import os
+
+    from dask.distributed import Client, LocalCluster
+
+    from analysis.resources import pin_local_workers
+
+    cpus = sorted(os.sched_getaffinity(0))
+    n = min(2, len(cpus))
+    with LocalCluster(n_workers=n, threads_per_worker=1, dashboard_address=None) as cluster:
+        with Client(cluster, set_as_default=False) as client:
+            pin_local_workers(client, n)
+            per_worker = list(client.run(_thread_affinities).values())
+    shares = [w[0] for w in per_worker]
+    assert all(len(w) == 1 for w in per_worker)  # every thread of a worker: one CPU set
+    assert sorted(c for s in shares for c in s) == cpus[: sum(len(s) for s in shares)]
+    assert len(set().union(*shares)) == sum(len(s) for s in shares)  # disjoint
