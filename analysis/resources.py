@@ -16,7 +16,9 @@ compilation cache).
 cores: XLA's CPU runtime splits large operations over a thread pool as wide as the cores a
 process may use, so two unpinned workers on two cores run four busy threads (measured, 8
 quick-grid cells, 2 cores: 246 s of summed cell time with 2 unpinned workers against 200 s one
-after the other on one pinned core, with the same metrics).
+after the other on one pinned core). A one-thread pool rounds some operations differently, so
+a pinned run's network fits can differ from an unpinned one's in the last bits and, after many
+optimiser steps, beyond (docs/measurements.md).
 """
 
 from __future__ import annotations
@@ -82,7 +84,9 @@ def worker_cpus(index: int, n_workers: int, cpus) -> list[int]:
     CPU shared round-robin where there are more workers than CPUs."""
     cpus = sorted(cpus)
     if index < 0 or n_workers < 1 or not cpus:
-        raise ValueError(f"need 0 <= index < n_workers and CPUs, got {index}, {n_workers}, {cpus}")
+        raise ValueError(
+            f"need index >= 0, n_workers >= 1 and some CPUs, got {index}, {n_workers}, {cpus}"
+        )
     return cpus[index % n_workers :: n_workers] if n_workers <= len(cpus) else [
         cpus[index % len(cpus)]
     ]

@@ -464,8 +464,8 @@ def _optimise_ensemble(
     bayes_model, make_guide, opt, data, *, key, starts, steps, chunk_size, model_kwargs,
     progress, monitor_factory=None,
 ):
-    """MAPs from every start (``starts``: points, :func:`_init_starts`), all run for ``steps`` in one vmapped
-    program (a deep ensemble; each member stops on its own validation minimum where
+    """MAPs from every start (``starts``: points, :func:`_init_starts`), all run for ``steps``
+    in one vmapped program (a deep ensemble; each member stops on its own validation minimum where
     ``monitor_factory`` gives a batched monitor). Returns ``(svi, guide, stacked state, losses
     (steps, R), timing)``."""
     svi, guide, states = _init_starts(
