@@ -52,25 +52,11 @@ def pytest_configure(config):
     if TEST_CACHE_ENV not in os.environ:  # the controlling process (or a run without xdist)
         os.environ[TEST_CACHE_ENV] = tempfile.mkdtemp(prefix="bayes-nea-test-xla-")
         config.stash[_OWN_CACHE] = os.environ[TEST_CACHE_ENV]
-    _pin_xdist_worker()
     if os.environ[TEST_CACHE_ENV] == "0":  # opted out: every program compiled where it runs
         return
     jax.config.update("jax_compilation_cache_dir", os.environ[TEST_CACHE_ENV])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-
-
-def _pin_xdist_worker() -> None:
-    """Each pytest-xdist worker on its own share of the cores, before its first JAX computation
-    (``analysis.resources``: XLA's CPU thread pool is as wide as the cores a process may use, so
-    two unpinned workers on two cores would run four busy threads)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
-    if not worker.startswith("gw") or not count.isdigit() or not hasattr(os, "sched_getaffinity"):
-        return
-    from analysis.resources import pin_to_cpus, worker_cpus
-
-    pin_to_cpus(worker_cpus(int(worker[2:]), int(count), os.sched_getaffinity(0)))
 
 
 def pytest_unconfigure(config):
