@@ -910,7 +910,7 @@ def fit_svi(
         )
 
     k_start, k_init = jax.random.split(k_init)
-    starts = None
+    starts = None  # inits: where the guide starts, init_loc_fns or points (:func:`_init_starts`)
     if resume is not None:
         check_same_fit(resume, bayes_model, observations, method="svi", what="resume")
         old = resume.attrs["settings"]
@@ -923,19 +923,19 @@ def fit_svi(
         previous_losses = np.asarray(resume.idata["svi_loss"]["loss"].values)
         if "map_loss" in resume.idata["svi_loss"]:
             map_losses = np.asarray(resume.idata["svi_loss"]["map_loss"].values)
-        init_fns = [init_to_mean()]
+        inits = [init_to_mean()]
     elif init is not None:
         values = point_values(init, latent) if isinstance(init, FitResult) else dict(init)
-        init_fns = [init_to_value(values=values)]
+        inits = [init_to_value(values=values)]
     else:
         starts = _start_points(bayes_model, k_start, restarts)
-        init_fns = (
+        inits = (
             [init_to_mean()]
             if starts is None
             else [{k: p[k] for k in latent} for p in starts]
         )
         settings["start"] = "prior draws" if starts is not None else "prior mean"
-        settings["restarts"] = len(init_fns)
+        settings["restarts"] = len(inits)
         if guide not in ("delta", "ensemble"):
             map_steps = steps if map_steps is None else map_steps
             map_steps = check_positive_int("map_steps", map_steps, allow_zero=True)
@@ -954,7 +954,7 @@ def fit_svi(
                     SortedTrace_ELBO(),
                     data,
                     key=k_map,
-                    starts=init_fns,
+                    starts=inits,
                     steps=map_steps,
                     restart_steps=restart_steps,
                     chunk_size=max(1, map_steps // 20),
@@ -965,7 +965,7 @@ def fit_svi(
                 )
                 add_timing(t)
                 point = delta.median(map_svi.get_params(map_state))
-                init_fns = [init_to_value(values={k: point[k] for k in latent})]
+                inits = [init_to_value(values={k: point[k] for k in latent})]
             settings["map_steps"] = map_steps
     opt = make_optimizer(
         settings["optimizer"],
@@ -976,7 +976,7 @@ def fit_svi(
     )
     elbo = SortedTrace_ELBO(num_particles=settings["num_particles"])
     if stored is not None:
-        guide_obj = guide_factory(guide)(init_fns[0])
+        guide_obj = guide_factory(guide)(inits[0])
         svi = SVI(bayes_model.model, guide_obj, optax_to_numpyro(opt), elbo)
         state = svi.init(k_init, data, **model_kwargs)
         state = state_from_dataset(stored, state, kind=f"svi/{guide}")
@@ -1001,7 +1001,7 @@ def fit_svi(
             opt,
             data,
             key=k_init,
-            starts=init_fns,
+            starts=inits,
             steps=steps,
             chunk_size=chunk_size,
             model_kwargs=model_kwargs,
@@ -1017,7 +1017,7 @@ def fit_svi(
             elbo,
             data,
             key=k_init,
-            starts=init_fns,
+            starts=inits,
             steps=steps,
             restart_steps=restart_steps,
             chunk_size=chunk_size,
