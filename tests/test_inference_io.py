@@ -113,3 +113,45 @@ def test_state_round_trip_with_typed_keys(tmp_path):
         state_from_dataset(ds, state, kind="svi/delta")
     with pytest.raises(ValueError, match="leaves"):
         state_from_dataset(state_to_dataset({"x": state["x"]}, kind="test"), state, kind="test")
+
+
+def test_diagnostics_judge_a_folded_coefficient_by_its_absolute_value():
+    """Two chains in the mirror-image modes ``x`` and ``-x`` of a folded friction site are one
+    posterior of ``|x|``: R-hat on ``|x|`` (ArviZ) is about 1, while the raw latent's is large."""
+    import arviz as az
+
+    from inference._common import base_attrs
+    from inference.result import FitResult, build_idata, stored_name
+    from models import ModelData, build_model
+
+    robot = bn.get_system("cartpole")
+    model = build_model("diffnea/viscous/informative", robot)  # fold at z = -loc / scale != 0
+    q, qd, qdd = bn.sample_states(robot, 0, 8)
+    data = ModelData(q, qd, qdd, qdd)
+    C, D = 2, 400
+    rng = np.random.default_rng(0)
+    samples = {
+        k: np.asarray(v)[None, None] + 0.01 * rng.standard_normal((C, D, *np.shape(v)))
+        for k, v in model.init_sample().items()
+    }
+    site = "actuator/viscous_z"
+    assert list(model.folds) == [site]
+    x = model.actuator.coefficient_sites[0]
+    loc, scale = x.prior.loc, x.prior.scale
+    # chain 1 sits at -x: the same |x|, i.e. the latent z' with loc + scale z' = -(loc + scale z)
+    samples[site][1] = (-(loc + scale * samples[site][1]) - loc) / scale
+    attrs = base_attrs(model, data, method="nuts", seed=0, summary={})
+    tree = build_idata(
+        model,
+        data,
+        samples,
+        key=jax.random.key(0),
+        num_predictive=0,
+        compute_log_likelihood=False,
+        attrs=attrs,
+    )
+    fit = FitResult(idata=tree, variant=attrs["variant"], system=attrs["system"], method="nuts")
+    raw = az.rhat(tree["posterior"].to_dataset()[[stored_name(site)]])
+    assert float(raw[stored_name(site)].max()) > 1.5
+    assert fit.diagnostics()["rhat_max"] < 1.02
+    assert list(fit.attrs["folds"]) == [site]
