@@ -17,8 +17,7 @@ ffnn          ``tau = f_NN(tau_d, q, qd)``                            unbounded 
 Energy classes: with ``tau_d = 0`` the power of the actuator on the system is ``tau . qd``.
 *Dissipative* actuators have ``tau_friction . qd <= 0`` for every parameter value (friction
 coefficients are non-negative functions of unconstrained latent values; ``sign(qd) qd = |qd|``),
-so the uncontrolled system's energy never grows; the rigid-body
-model with ``ideal`` conserves it; *unbounded* actuators can create energy (the paper's Residual
+so the uncontrolled system's energy never grows; the rigid-body model with ``ideal`` conserves it; *unbounded* actuators can create energy (the paper's Residual
 and FF-NN, section 3). The paper's exponent ``nu_s qd^2`` is written ``(qd / v_s)^2``.
 
 Friction coefficients that the torque is linear in (viscous ``mu_v``, Coulomb ``f_s``, Stribeck
@@ -258,8 +257,8 @@ class Stribeck(_Coefficients):
 
     Coefficients (n,) each: ``coulomb`` (f_s), ``stribeck_amplitude`` (f_d) and ``viscous``
     (mu_v), ``|x|`` of folded sites, and ``stribeck_velocity`` (v_s, ``exp`` of its site; the
-    paper's ``nu_s = 1 / v_s^2``); the
-    law is :func:`bayes_nea.joint_friction` with the exact ``sign``, as the simulator's.
+    paper's ``nu_s = 1 / v_s^2``); the law is :func:`bayes_nea.joint_friction` with the exact
+    ``sign``, as the simulator's.
     """
 
     robot: bn.Robot
