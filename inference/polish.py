@@ -17,15 +17,6 @@ Hessian is positive definite.
 
 The Hessian is dense (d x d from d Hessian-vector products), so this is meant for the identifiable
 coordinates (``models.identifiable``: tens of values) and other small models.
-
-Folded coordinates (``models._sites.FoldedSite``: a friction coefficient ``c = |x|``) have a kink
-at ``x = 0``; where the data put the mode at ``c = 0`` (a friction the data bound only from
-above) the log joint's maximum is on that kink and no gradient vanishes. Such coordinates are
-kept on the side of their prior's location (a start on the other side is reflected: the same
-``c``), a step that would cross the fold stops just short of it (``x`` within ``1e-9`` of it), and
-a coordinate there whose energy rises into its side is held fixed (projected Newton, Bertsekas
-1982): the Newton decrement and the Hessian test are on the other coordinates, and the report says
-how many coefficients sit at 0.
 """
 
 from __future__ import annotations
@@ -64,54 +55,6 @@ class MapReport(NamedTuple):
     message: str
 
 
-#: distance from the fold at which a folded coordinate is held (latent units)
-_FOLD_OFFSET = 1e-9
-
-
-def _fold_layout(bayes_model, template: dict) -> tuple[np.ndarray, np.ndarray]:
-    """Flat ``(fold, side)`` (d,) in ``ravel_pytree(template)``'s order: the latent value of the
-    fold and the side of the prior's location for folded coordinates, NaN and 0 elsewhere."""
-    folds = getattr(bayes_model, "folds", {}) or {}
-    at = {k: np.full(np.shape(v), np.nan) for k, v in template.items()}
-    side = {k: np.zeros(np.shape(v)) for k, v in template.items()}
-    for site, (a, sd) in folds.items():
-        if site in template:
-            at[site] = np.broadcast_to(a, np.shape(template[site]))
-            side[site] = np.broadcast_to(sd, np.shape(template[site]))
-    return (
-        np.asarray(ravel_pytree(at)[0], np.float64),
-        np.asarray(ravel_pytree(side)[0], np.float64),
-    )
-
-
-def _onto_side(x, at, side, *, reflect: bool = False):
-    """Folded coordinates onto their side: reflected (``reflect``, the same ``|x|``) or stopped
-    :data:`_FOLD_OFFSET` short of the fold."""
-    fold = np.isfinite(at)
-    at = np.nan_to_num(at)
-    u = side * (x - at)  # 0 off the folds
-    if reflect:
-        u = np.abs(u)
-        x = np.where(fold, at + side * u, x)
-    return np.where(fold & (u < _FOLD_OFFSET), at + side * _FOLD_OFFSET, x)
-
-
-def _held(x, g, at, side):
-    """Folded coordinates on the fold whose energy rises into their side (bool, x's shape)."""
-    fold = np.isfinite(at)
-    u = side * (x - np.nan_to_num(at))
-    return fold & (u <= 2.0 * _FOLD_OFFSET) & (side * g >= 0.0)
-
-
-def _release_held(H, g, held):
-    """``H``, ``g`` with the held coordinates decoupled: unit diagonal, no gradient."""
-    keep = ~held
-    H = np.where(keep[..., :, None] & keep[..., None, :], H, 0.0)
-    d = H.shape[-1]
-    H[..., np.arange(d), np.arange(d)] += held.astype(H.dtype)
-    return H, np.where(held, 0.0, g)
-
-
 def _check_options(max_iter: int, gtol: float) -> None:
     if max_iter < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter}")
@@ -134,11 +77,8 @@ def _damped_step(w, V, Vg, damping):
     return -np.einsum("...ij,...j->...i", V, Vg / shifted)
 
 
-def _end_report(
-    H, g, energy: float, iterations: int, gtol: float, eps: float, held: int = 0
-) -> MapReport:
-    """The :class:`MapReport` of a point with Hessian ``H`` (d, d) and gradient ``g`` (d,) (held
-    folded coordinates already decoupled, ``held`` of them)."""
+def _end_report(H, g, energy: float, iterations: int, gtol: float, eps: float) -> MapReport:
+    """The :class:`MapReport` of a point with Hessian ``H`` (d, d) and gradient ``g`` (d,)."""
     w = np.linalg.eigvalsh(0.5 * (H + H.T))
     pd = bool(w[0] > 0)
     decrement = float(np.sqrt(max(g @ np.linalg.solve(H, g), 0.0))) if pd else float("inf")
@@ -151,8 +91,6 @@ def _end_report(
             f"Hessian positive definite (eigenvalues {w[0]:.3g} .. {w[-1]:.3g}) after "
             f"{iterations} steps"
         )
-        if held:
-            message += f"; {held} folded coefficient(s) at 0 (the energy rises away from it)"
     else:
         message = (
             f"not a MAP: Newton decrement {decrement:.2e} (tolerance {tol:.3g}), gradient norm "
@@ -221,8 +159,7 @@ def polish_map(
     def hessian(x):  # the program laplace_inverse_mass compiles too: compiled once for both
         return potential_hessian(bayes_model, data, unravel(x), batch_size=batch_size)
 
-    at, side = _fold_layout(bayes_model, unconstrained)
-    x = _onto_side(np.asarray(x0, np.float64), at, side, reflect=True)
+    x = np.asarray(x0, np.float64)
     dtype = x0.dtype
     damping = 1e-3
     e, g = value_and_grad(jnp.asarray(x, dtype))
@@ -235,15 +172,15 @@ def polish_map(
     while iterations < max_iter:
         iterations += 1
         H = np.asarray(hessian(jnp.asarray(x, dtype)), np.float64)
-        H, gf = _release_held(0.5 * (H + H.T), g, _held(x, g, at, side))
+        H = 0.5 * (H + H.T)
         w, V = np.linalg.eigh(H)
         if w[0] > 0:
-            decrement = float(np.sqrt(gf @ (V @ ((V.T @ gf) / w))))
+            decrement = float(np.sqrt(g @ (V @ ((V.T @ g) / w))))
             if decrement <= _tolerance(gtol, eps, e):
                 break
         accepted = False
         for _ in range(60):
-            step = _onto_side(x + _damped_step(w, V, V.T @ gf, damping), at, side) - x
+            step = _damped_step(w, V, V.T @ g, damping)
             e_new = float(f_energy(jnp.asarray(x + step, dtype)))
             if np.isfinite(e_new) and e_new < e:
                 accepted = True
@@ -255,9 +192,8 @@ def polish_map(
         damping = max(damping / 10.0, 1e-12)
         e, g = value_and_grad(jnp.asarray(x, dtype))
         e, g = float(e), np.asarray(g, np.float64)
-    held = _held(x, g, at, side)
-    H, gf = _release_held(np.asarray(hessian(jnp.asarray(x, dtype)), np.float64), g, held)
-    report = _end_report(H, gf, e, iterations, gtol, eps, int(held.sum()))
+    H = np.asarray(hessian(jnp.asarray(x, dtype)), np.float64)
+    report = _end_report(H, g, e, iterations, gtol, eps)
     out = constrain_fn(bayes_model.model, (data,), {}, unravel(jnp.asarray(x, dtype)))
     return {k: out[k] for k in point}, report
 
@@ -312,8 +248,7 @@ def polish_map_batched(
     )
     dtype = x0.dtype
     eps = float(jnp.finfo(dtype).eps)
-    at, side = _fold_layout(bayes_model, first)
-    x = _onto_side(np.array(x0, np.float64), at, side, reflect=True)
+    x = np.array(x0, np.float64)
     R = x.shape[0]
     e, g = value_and_grad(jnp.asarray(x, dtype), data, held)
     e, g = np.array(e, np.float64), np.array(g, np.float64)
@@ -328,9 +263,8 @@ def polish_map_batched(
             break
         iterations[active] += 1
         H = np.asarray(hessian(jnp.asarray(x, dtype), data, held), np.float64)
-        H, gf = _release_held(0.5 * (H + np.swapaxes(H, 1, 2)), g, _held(x, g, at, side))
-        w, V = np.linalg.eigh(H)
-        Vg = np.einsum("rij,ri->rj", V, gf)
+        w, V = np.linalg.eigh(0.5 * (H + np.swapaxes(H, 1, 2)))
+        Vg = np.einsum("rij,ri->rj", V, g)
         with np.errstate(divide="ignore", invalid="ignore"):
             decrement = np.sqrt(np.maximum(np.sum(Vg**2 / w, 1), 0.0))
         done = (w[:, 0] > 0) & (decrement <= _tolerance(gtol, eps, e))
@@ -340,7 +274,7 @@ def polish_map_batched(
         for _ in range(60):
             if not pending.any():
                 break
-            trial = _onto_side(x + _damped_step(w, V, Vg, damping), at, side) - x
+            trial = _damped_step(w, V, Vg, damping)
             e_new = np.asarray(f_energy(jnp.asarray(x + trial, dtype), data, held), np.float64)
             ok = pending & np.isfinite(e_new) & (e_new < e)
             step[ok] = trial[ok]
@@ -354,14 +288,8 @@ def polish_map_batched(
         e_all, g_all = value_and_grad(jnp.asarray(x, dtype), data, held)
         e[moved] = np.asarray(e_all, np.float64)[moved]
         g[moved] = np.asarray(g_all, np.float64)[moved]
-    on_fold = _held(x, g, at, side)
-    H, gf = _release_held(
-        np.asarray(hessian(jnp.asarray(x, dtype), data, held), np.float64), g, on_fold
-    )
-    reports = [
-        _end_report(H[r], gf[r], e[r], iterations[r], gtol, eps, int(on_fold[r].sum()))
-        for r in range(R)
-    ]
+    H = np.asarray(hessian(jnp.asarray(x, dtype), data, held), np.float64)
+    reports = [_end_report(H[r], g[r], e[r], iterations[r], gtol, eps) for r in range(R)]
     out = jax.vmap(lambda u, d, h: constrain_fn(model, (d,), {}, {**h, **unravel(u)}))(
         jnp.asarray(x, dtype), data, held
     )

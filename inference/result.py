@@ -265,11 +265,6 @@ def build_idata(
     root.update(
         schema_version=SCHEMA_VERSION,
         latent_sites=sorted(samples),
-        folds={
-            site: np.asarray(at, np.float64).tolist()
-            for site, (at, _) in (getattr(bayes_model, "folds", {}) or {}).items()
-            if site in samples
-        },
         observed_sites=sorted(observed),
         physical_names=sorted(phys),
         site_names=site_names,
@@ -390,9 +385,7 @@ class FitResult:
                 f"this {self.variant!r} result holds no model spec (its model was not built by "
                 "models.build_model), so the model cannot be rebuilt"
             )
-        return (
-            ModelSpec.from_dict(stored) if isinstance(stored, dict) else ModelSpec.from_json(stored)
-        )
+        return ModelSpec.from_dict(stored) if isinstance(stored, dict) else ModelSpec.from_json(stored)
 
     def robot(self) -> bn.Robot:
         """The fitted robot exactly as it was fitted (stored in the spec, never looked up by name)."""
@@ -423,9 +416,7 @@ class FitResult:
         return {f: np.asarray(cd[f].values) for f in ("q", "qd", "qdd", "tau")}
 
     def diagnostics(self) -> dict:
-        """Convergence diagnostics of the posterior's latent sites (a folded site, whose quantity
-        is ``|x|`` and whose chains may sit in mirror-image modes, by its distance from the fold,
-        ``attrs["folds"]``).
+        """Convergence diagnostics of the posterior's latent sites.
 
         Returns:
             ``{"rhat_max", "ess_bulk_min", "ess_tail_min", "divergences", "max_tree_depth_hits",
@@ -433,9 +424,6 @@ class FitResult:
             ArviZ) are ``nan`` with fewer than 2 chains or 4 draws; counts are 0 for SVI.
         """
         post = self.idata["posterior"].to_dataset()[[stored_name(s) for s in self.latent_sites]]
-        for site, at in (self.attrs.get("folds") or {}).items():
-            name = stored_name(site)
-            post[name] = abs(post[name] - xr.DataArray(np.asarray(at), dims=post[name].dims[2:]))
         C, D = self.num_chains, self.num_draws
         out = {"num_chains": C, "num_draws": D}
         if C >= 2 and D >= 4:

@@ -7,13 +7,6 @@ A :class:`GaussianSite` is one NumPyro sample site over an unconstrained coordin
 :meth:`GaussianSite.value` maps the latent draw to ``x``, so the pure functions
 (``physical``, ``qdd_fn``) read any sample dict the same way.
 
-Non-negative coefficients (friction) are read through one of two site kinds with the same
-sampling: a :class:`LogSite` gives ``c = exp(x)`` (a log-normal prior on ``c``), a
-:class:`FoldedSite` gives ``c = |x|`` (a folded normal prior on ``c``, half-normal at ``loc = 0``),
-whose density is positive at ``c = 0``: where the data see ``c`` only from above, the posterior
-in ``x`` has no exponential wall (``models/actuators.py``). ``coefficient(sample)`` maps a sample
-dict to ``c`` for either.
-
 A :class:`BayesianNet` is an equinox MLP whose weights are NumPyro sample sites, registered with
 ``numpyro.contrib.module.random_eqx_module`` (priors ``N(0, 1/fan_in)`` on weights, ``N(0, 1)``
 on biases); :meth:`BayesianNet.module` rebuilds the network from a sample dict without NumPyro, so
@@ -33,7 +26,6 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.contrib.module import eqx_from_dict, eqx_to_dict, random_eqx_module
-from scipy.stats import norm
 
 import bayes_nea as bn
 from models.priors import Gaussian
@@ -96,53 +88,6 @@ class GaussianSite:
 
     def _loc_scale(self, dtype):
         return jnp.asarray(self.prior.loc, dtype), jnp.asarray(self.prior.scale, dtype)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class LogSite(GaussianSite):
-    """A positive coefficient ``c = exp(x)``, ``x`` a :class:`GaussianSite` (log-normal prior)."""
-
-    def coefficient(self, sample: dict) -> Array:
-        """``c`` of one draw (reads ``sample[self.site]``)."""
-        return bn.get_positive_map("exp").forward(self.value(sample))
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class FoldedSite(GaussianSite):
-    """A non-negative coefficient ``c = |x|``, ``x`` a :class:`GaussianSite`: a folded normal
-    prior on ``c`` (half-normal when ``loc = 0``). ``x`` and ``-x`` are the same coefficient, so
-    chains may sit in mirror-image modes: mixing is judged on ``|x|``
-    (``models.BayesianModel.folds``). Where the data put the MAP at ``c = 0`` the log joint
-    has a kink there (``inference.polish`` holds such coordinates on the fold)."""
-
-    def coefficient(self, sample: dict) -> Array:
-        """``c`` of one draw (reads ``sample[self.site]``)."""
-        return jnp.abs(self.value(sample))
-
-    def fold(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(latent value of x = 0, side of loc (+1 or -1))``, each of the site's shape."""
-        loc, scale = np.asarray(self.prior.loc), np.asarray(self.prior.scale)
-        at = -loc / scale if self.whitened else np.zeros_like(loc)
-        return at, np.where(loc < 0, -1.0, 1.0)
-
-    def init(self, dtype) -> Array:
-        """The latent value at the median of ``c``, on the side of ``loc`` (not on the fold,
-        where ``|x|`` has no slope)."""
-        loc, scale = np.asarray(self.prior.loc), np.asarray(self.prior.scale)
-        median = np.where(loc < 0, -1.0, 1.0) * folded_normal_median(loc, scale)
-        return jnp.asarray((median - loc) / scale if self.whitened else median, dtype)
-
-
-def folded_normal_median(loc, scale, *, iterations: int = 80) -> np.ndarray:
-    """Median of ``|x|``, ``x ~ N(loc, scale^2)``, elementwise (bisection in float64)."""
-    loc = np.abs(np.asarray(loc, dtype=np.float64))
-    scale = np.asarray(scale, dtype=np.float64)
-    lo, hi = np.zeros_like(loc), loc + 3.0 * scale  # P(|x| < loc + 3 scale) > 0.99
-    for _ in range(iterations):
-        mid = 0.5 * (lo + hi)
-        below = norm.cdf((mid - loc) / scale) - norm.cdf((-mid - loc) / scale) < 0.5
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return 0.5 * (lo + hi)
 
 
 def _mlp(in_size: int, out_size: int, width: int, depth: int) -> eqx.nn.MLP:

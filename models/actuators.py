@@ -16,19 +16,10 @@ ffnn          ``tau = f_NN(tau_d, q, qd)``                            unbounded 
 
 Energy classes: with ``tau_d = 0`` the power of the actuator on the system is ``tau . qd``.
 *Dissipative* actuators have ``tau_friction . qd <= 0`` for every parameter value (friction
-coefficients are non-negative functions of unconstrained latent values; ``sign(qd) qd = |qd|``),
-so the uncontrolled system's energy never grows; the rigid-body model with ``ideal`` conserves it; *unbounded* actuators can create energy (the paper's Residual
+coefficients are ``exp`` of unconstrained latent values, :func:`bayes_nea.get_positive_map`
+``"exp"``; ``sign(qd) qd = |qd|``), so the uncontrolled system's energy never grows; the rigid-body
+model with ``ideal`` conserves it; *unbounded* actuators can create energy (the paper's Residual
 and FF-NN, section 3). The paper's exponent ``nu_s qd^2`` is written ``(qd / v_s)^2``.
-
-Friction coefficients that the torque is linear in (viscous ``mu_v``, Coulomb ``f_s``, Stribeck
-amplitude ``f_d``) are ``|x|`` of a Gaussian latent ``x`` (:class:`models._sites.FoldedSite`,
-sites ``actuator/viscous`` ...: a folded normal prior, :meth:`models.priors.Prior.friction`); the
-Stribeck velocity ``v_s`` is ``exp(x)`` (:class:`models._sites.LogSite`, site
-``actuator/log_stribeck_velocity``). Why not ``exp`` for all: a coefficient the data see only from
-above (smaller than the noise resolves) has, in log coordinates, a posterior that is its prior's
-long tail below and an exponentially steep wall where the data begin to see it; NUTS diverges
-on that wall (measured in ``docs/inference-geometry.md``). In ``x`` the same posterior is about
-Gaussian (the torque is linear in ``|x|``), and ``c = 0`` is inside the support.
 
 Each actuator is a final class bound to a robot and a prior. It declares its sample sites under
 the ``"actuator/"`` prefix (:meth:`Actuator.sample`, inside a NumPyro model), and its pure methods
@@ -48,20 +39,20 @@ import jax.numpy as jnp
 import bayes_nea as bn
 from models._sites import (
     BayesianNet,
-    FoldedSite,
-    LogSite,
+    GaussianSite,
     Scales,
     build_component,
     feature_size,
     state_features,
 )
-from models.priors import FOLDED_FRICTION, Prior
+from models.priors import Prior
 from models.spec import ACTUATOR_NAMES
 
 Array = jax.Array
 
 ENERGY_CLASSES = ("conserving", "dissipative", "unbounded")
 PREFIX = "actuator/"
+_EXP = bn.get_positive_map("exp")
 
 
 class Actuator(abc.ABC):
@@ -81,12 +72,6 @@ class Actuator(abc.ABC):
     invertible: ClassVar[bool]
     linear_coefficients: ClassVar[tuple[str, ...] | None] = None
     robot: bn.Robot
-
-    @property
-    def folds(self) -> dict:
-        """``{latent site: (fold, side)}`` of the sites read as ``|x|``
-        (:meth:`models._sites.FoldedSite.fold`); none by default."""
-        return {}
 
     @abc.abstractmethod
     def sample(self, dtype) -> dict:
@@ -185,23 +170,16 @@ class Ideal(Actuator):
 
 def _coefficient_sites(robot, prior, names, whitened):
     return tuple(
-        FoldedSite(PREFIX + what, prior.friction(robot, what), whitened)
-        if what in FOLDED_FRICTION
-        else LogSite(PREFIX + "log_" + what, prior.friction(robot, what), whitened)
+        GaussianSite(PREFIX + "log_" + what, prior.friction(robot, what), whitened)
         for what in names
     )
 
 
 class _Coefficients(_Friction):
-    """Friction with named non-negative coefficients, each from its own latent site (abstract):
-    ``|x|`` (folded normal prior) or ``exp(x)`` (log-normal), module docstring."""
+    """Friction with named positive coefficients ``exp(u)``, ``u ~ N(prior)`` (abstract)."""
 
     coefficients: ClassVar[tuple[str, ...]]
-    coefficient_sites: tuple[FoldedSite | LogSite, ...]
-
-    @property
-    def folds(self):
-        return {s.site: s.fold() for s in self.coefficient_sites if isinstance(s, FoldedSite)}
+    coefficient_sites: tuple[GaussianSite, ...]
 
     def sample(self, dtype):
         return {s.site: s.sample(dtype) for s in self.coefficient_sites}
@@ -211,7 +189,7 @@ class _Coefficients(_Friction):
 
     def physical(self, sample):
         return {
-            what: site.coefficient(sample)
+            what: _EXP.forward(site.value(sample))
             for what, site in zip(self.coefficients, self.coefficient_sites, strict=True)
         }
 
@@ -232,10 +210,10 @@ class _Coefficients(_Friction):
 @final
 @dataclasses.dataclass(frozen=True, eq=False)
 class Viscous(_Coefficients):
-    """``tau = tau_d - mu_v qd`` with ``mu_v = |x| >= 0`` per joint; site ``actuator/viscous``."""
+    """``tau = tau_d - mu_v qd`` with ``mu_v = exp(u) > 0`` per joint; site ``actuator/log_viscous``."""
 
     robot: bn.Robot
-    coefficient_sites: tuple[FoldedSite | LogSite, ...]
+    coefficient_sites: tuple[GaussianSite, ...]
     name: ClassVar[str] = "viscous"
     energy_class: ClassVar[str] = "dissipative"
     coefficients: ClassVar[tuple[str, ...]] = ("viscous",)
@@ -255,14 +233,13 @@ class Viscous(_Coefficients):
 class Stribeck(_Coefficients):
     """``tau = tau_d - sign(qd) (f_s + f_d exp(-(qd / v_s)^2)) - mu_v qd`` (DiffNEA section 3).
 
-    Coefficients (n,) each: ``coulomb`` (f_s), ``stribeck_amplitude`` (f_d) and ``viscous``
-    (mu_v), ``|x|`` of folded sites, and ``stribeck_velocity`` (v_s, ``exp`` of its site; the
-    paper's ``nu_s = 1 / v_s^2``); the law is :func:`bayes_nea.joint_friction` with the exact
-    ``sign``, as the simulator's.
+    Coefficients (n,) each, all ``exp`` of latent sites: ``coulomb`` (f_s), ``stribeck_amplitude``
+    (f_d), ``stribeck_velocity`` (v_s; the paper's ``nu_s = 1 / v_s^2``), ``viscous`` (mu_v); the
+    law is :func:`bayes_nea.joint_friction` with the exact ``sign``, as the simulator's.
     """
 
     robot: bn.Robot
-    coefficient_sites: tuple[FoldedSite | LogSite, ...]
+    coefficient_sites: tuple[GaussianSite, ...]
     name: ClassVar[str] = "stribeck"
     energy_class: ClassVar[str] = "dissipative"
     coefficients: ClassVar[tuple[str, ...]] = (

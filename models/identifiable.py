@@ -501,10 +501,6 @@ class IdentifiableModel:
     def latent_sites(self) -> tuple[str, ...]:
         return tuple(self.init_sample())
 
-    @property
-    def folds(self) -> dict:
-        return self.actuator.folds
-
     # --- completion and prior draws -------------------------------------------------------------
 
     def complete(self, key, samples: dict) -> dict:

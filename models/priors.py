@@ -9,17 +9,14 @@ the location and scale of every quantity it samples:
     centred on the robot's nominal parameters: for the built-in systems ``robot.nominal`` and
     ``robot.damping`` hold the published values (docs/reference-systems.md), for a URDF its values.
     Masses and lengths are tight (a few %); damping values are disputed between sources by
-    2-3 orders of magnitude, so friction priors are broad even here.
+    2-3 orders of magnitude, so friction priors are broad log-normals even here.
 ``WeakPrior`` (``"weak"``)
     broad, robot-agnostic priors that do not use the nominal values (sub-kg masses, 10-cm-scale
     centres of mass, friction spanning decades).
 
 Every quantity is a :class:`Gaussian` over an unconstrained coordinate (virtual inertia
-parameters, placement angles and offsets, friction coordinates, log noise scales), so the
-same prior serves NUTS, SVI and the closed-form NEA posterior. A friction coefficient ``c`` that
-the torque is linear in (viscous, Coulomb, Stribeck amplitude) is ``|x|`` of its coordinate: a
-folded normal prior (half-normal for the weak prior), whose density is positive and smooth at
-``c = 0``; the Stribeck velocity is ``exp(x)`` (log-normal). Why: ``models/actuators.py``. Locations and scales are numpy
+parameters, placement angles and offsets, log friction coefficients, log noise scales), so the
+same prior serves NUTS, SVI and the closed-form NEA posterior. Locations and scales are numpy
 float64 arrays (static data); models cast them to the data's dtype.
 """
 
@@ -86,8 +83,7 @@ class Prior(abc.ABC):
 
     @abc.abstractmethod
     def friction(self, robot: bn.Robot, what: str) -> Gaussian:
-        """The coordinate ``x`` (n,) of a friction coefficient ``what`` (:data:`FRICTION_NAMES`):
-        the coefficient is ``|x|`` for :data:`FOLDED_FRICTION`, ``exp(x)`` for the others."""
+        """Log of a friction coefficient (n,): ``what`` in :data:`FRICTION_NAMES`."""
 
     def noise(self, n: int, *, typical: float) -> Gaussian:
         """Log of the per-joint noise scales (n,), around ``typical`` (broad: +-3 decades at 2 sd)."""
@@ -98,13 +94,16 @@ class Prior(abc.ABC):
         return 1.0 / np.sqrt(fan_in)
 
 
-#: friction coefficients read as ``|x|`` (folded normal prior; ``models.actuators``)
-FOLDED_FRICTION = ("viscous", "coulomb", "stribeck_amplitude")
-#: weak prior: half-normal scale of each folded coefficient as a fraction of the joint's effort
-#: scale (:func:`effort_scale`: N or N m; viscous per unit velocity, s/m or s/rad)
-_WEAK_FOLDED_SCALE = {"viscous": 0.2, "coulomb": 0.1, "stribeck_amplitude": 0.05}
-#: weak prior of the Stribeck velocity: log-normal median (m/s or rad/s) and log sd
-_WEAK_STRIBECK_VELOCITY = (0.1, 1.0)
+_WEAK_FRICTION = {
+    # log-space location and scale; the location is a fraction of the joint's effort scale
+    # (effort_scale: N or N m; viscous per unit velocity, s/m or s/rad), except the Stribeck
+    # velocity, which is absolute (m/s or rad/s)
+    "viscous": (0.05, 2.5),
+    "coulomb": (0.02, 2.5),
+    "stribeck_amplitude": (0.01, 2.5),
+    "stribeck_velocity": (0.1, 1.0),
+}
+_SCALED = ("viscous", "coulomb", "stribeck_amplitude")
 
 
 @functools.lru_cache(maxsize=64)
@@ -168,15 +167,13 @@ class WeakPrior(Prior):
         return _gaussian(np.zeros((robot.n, 10)), self.theta_scale)
 
     def friction(self, robot, what):
-        """Half-normal coefficients scaled to :func:`effort_scale`: sd 20 % (viscous, per unit
-        velocity), 10 % (Coulomb), 5 % (Stribeck amplitude) of the effort scale; Stribeck
-        velocity log-normal, median 0.1 (log sd 1)."""
+        """Log-normal around a fraction of :func:`effort_scale` (module table ``_WEAK_FRICTION``):
+        median Coulomb 2 %, Stribeck amplitude 1 %, viscous 5 % of the effort scale per unit
+        velocity; log sd 2.5 (a factor 150 at 2 sd); Stribeck velocity 0.1 (log sd 1)."""
         _check_friction(what)
-        if what in FOLDED_FRICTION:
-            scale = _WEAK_FOLDED_SCALE[what] * np.asarray(effort_scale(robot))
-            return _gaussian(np.zeros(robot.n), scale)
-        value, log_scale = _WEAK_STRIBECK_VELOCITY
-        return _gaussian(np.full(robot.n, np.log(value)), log_scale)
+        value, log_scale = _WEAK_FRICTION[what]
+        loc = value * np.asarray(effort_scale(robot)) if what in _SCALED else np.full(robot.n, value)
+        return _gaussian(np.log(loc), log_scale)
 
 
 @final
@@ -191,9 +188,8 @@ class InformativePrior(Prior):
         com_rel, com_floor: sd of the CoM: ``com_rel |c| + com_floor`` (m).
         rpy, xyz_rel, xyz_floor: placement sds: angles (rad), offsets ``xyz_rel |p| + xyz_floor`` (m).
         theta_rel, theta_floor: NEA theta sd ``theta_rel |theta| + theta_floor max|theta_body|``.
-        friction_rel: sd of a folded friction coefficient with a nominal value, relative to
-            it (``|x|``, ``x ~ N(nominal, (friction_rel nominal)^2)``; broad: sources disagree
-            by orders of magnitude, and the folded normal keeps ``c -> 0`` plausible).
+        friction_log_scale: log-space sd of friction coefficients around the nominal damping
+            (broad: sources disagree by orders of magnitude).
     """
 
     name: str = "informative"
@@ -209,7 +205,7 @@ class InformativePrior(Prior):
     xyz_floor: float = 0.01
     theta_rel: float = 0.2
     theta_floor: float = 0.02
-    friction_rel: float = 2.0
+    friction_log_scale: float = 1.5
 
     def inertia(self, robot):
         theta = np.asarray(robot.nominal.theta, dtype=np.float64)
@@ -246,8 +242,8 @@ class InformativePrior(Prior):
             return weak
         nominal = np.asarray(nominal, dtype=np.float64)
         known = nominal > 0
-        loc = np.where(known, nominal, weak.loc)
-        scale = np.where(known, self.friction_rel * nominal, weak.scale)
+        loc = np.where(known, np.log(np.where(known, nominal, 1.0)), weak.loc)
+        scale = np.where(known, self.friction_log_scale, weak.scale)
         return _gaussian(loc, scale)
 
 

@@ -231,12 +231,6 @@ class BayesianModel:
         """Names of the latent sites of one draw."""
         return tuple(self.init_sample())
 
-    @property
-    def folds(self) -> dict:
-        """``{folded site: (latent value of the fold, side of the prior's location)}``
-        (``inference.polish`` keeps a MAP coordinate on its side of the fold)."""
-        return self.actuator.folds
-
     # --- data ------------------------------------------------------------------------------
 
     def observations(self, data) -> ModelData:

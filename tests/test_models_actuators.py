@@ -161,37 +161,3 @@ def test_uncontrolled_energy_decays_with_a_dissipative_model(furuta):
     energy = np.asarray(rollout())
     assert np.all(np.diff(energy) <= 1e-9 * np.abs(energy).max())
     assert energy[-1] < energy[0] - 1e-6
-
-
-@pytest.mark.parametrize("prior", ["informative", "weak"])
-def test_folded_friction_priors_are_the_folded_normals_scipy_defines(prior):
-    """Coefficients the torque is linear in are ``|x|``: their prior is scipy's folded normal
-    (half-normal at loc 0), the start value its median; the Stribeck velocity stays log-normal."""
-    from scipy import stats
-
-    from models._sites import FoldedSite, LogSite
-
-    cart = bn.get_system("cartpole")
-    actuator = make_actuator("stribeck", cart, get_prior(prior), characteristic_scales(cart))
-    draws = _draws(actuator, 2000, seed=11)
-    phys = jax.vmap(actuator.physical)(draws)
-    start = actuator.physical(actuator.init_sample(None, jnp.float64))
-    for site, what in zip(actuator.coefficient_sites, actuator.coefficients, strict=True):
-        loc, scale = site.prior.loc, site.prior.scale
-        for j in range(cart.n):
-            c = np.asarray(phys[what])[:, j]
-            if isinstance(site, FoldedSite):
-                ref = stats.foldnorm(abs(loc[j]) / scale[j], scale=scale[j])
-                assert float(start[what][j]) == pytest.approx(ref.median(), rel=1e-9)
-            else:
-                assert isinstance(site, LogSite)
-                ref = stats.lognorm(scale[j], scale=np.exp(loc[j]))
-            assert stats.kstest(c, ref.cdf).pvalue > 1e-3, (what, j)
-    assert set(actuator.folds) == {
-        "actuator/viscous_z",
-        "actuator/coulomb_z",
-        "actuator/stribeck_amplitude_z",
-    }
-    # the informative prior centres the viscous coordinate on the published damping
-    if prior == "informative":
-        np.testing.assert_allclose(actuator.coefficient_sites[0].prior.loc, cart.damping)

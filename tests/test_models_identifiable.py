@@ -216,58 +216,6 @@ def test_batched_newton_map_reaches_the_closed_form_mode_from_each_start():
         polish_map_batched(model, stacked, points, sites=["no_such_site"])
 
 
-def test_newton_map_holds_a_folded_coefficient_at_zero_as_a_bounded_optimiser_does():
-    """Data made with *negative* pole damping: the posterior mode is at pole viscous c = |x| = 0,
-    on the fold, where no gradient vanishes. The polish holds that coordinate at the fold and
-    reaches scipy's bounded L-BFGS-B optimum of the same energy (x on the prior's side)."""
-    from jax.flatten_util import ravel_pytree
-    from numpyro.infer.util import potential_energy
-    from scipy.optimize import minimize
-
-    robot = bn.get_system("cartpole")
-    model = identifiable_model(build_model("diffnea/viscous/weak", robot), moment_draws=2000)
-    site = "actuator/viscous_z"
-    truth = model.init_sample()
-    scale = model.actuator.coefficient_sites[0].prior.scale
-    truth[site] = jnp.asarray([4.0, 0.0]) / scale  # cart 4 N s/m, pole undamped
-    q, qd, _ = bn.sample_states(robot, jax.random.key(4), 300)
-    tau = jax.random.normal(jax.random.key(5), q.shape)
-    qdd = jax.vmap(model.qdd_fn(truth))(q, qd, tau)
-    qdd = qdd.at[:, 1].add(2.0 * qd[:, 1])  # the pole anti-damped: no c >= 0 explains it
-    qdd = qdd + 0.02 * qdd.std(0) * jax.random.normal(jax.random.key(6), qdd.shape)
-    data = model.prepare(ModelData(q, qd, qdd, tau))
-    start = model.init_sample()
-    start[site] = jnp.asarray(start[site]) * jnp.asarray([1.0, -1.0])  # pole on the wrong side
-    point, report = polish_map(model, data, start)
-    assert report.converged, report.message
-    assert "1 folded coefficient(s) at 0" in report.message
-    assert 0 < float(point[site][1]) <= 1e-8  # the prior's side (loc 0: +), on the fold
-    flat, unravel = ravel_pytree(point)
-
-    def energy(x):
-        return float(potential_energy(model.model, (data,), {}, unravel(jnp.asarray(x))))
-
-    def grad(x):
-        f = lambda y: potential_energy(model.model, (data,), {}, unravel(y))  # noqa: E731
-        return np.asarray(jax.grad(f)(jnp.asarray(x)))
-
-    layout = ravel_pytree({k: np.arange(np.size(v)).reshape(np.shape(v)) for k, v in point.items()})
-    index = {k: np.asarray(v) for k, v in layout[1](layout[0]).items()}
-    bounds = [(None, None)] * flat.size
-    bounds[int(index[site][1])] = (0.0, None)
-    ref = minimize(
-        energy,
-        np.asarray(flat) + 0.01,
-        jac=grad,
-        bounds=bounds,
-        method="L-BFGS-B",
-        options={"maxiter": 2000, "ftol": 1e-15, "gtol": 1e-10},
-    )
-    assert ref.x[int(index[site][1])] <= 1e-6
-    assert energy(np.asarray(flat)) <= ref.fun + 1e-6
-    np.testing.assert_allclose(np.asarray(flat), ref.x, atol=1e-4)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("metric", ["laplace", "laplace-adapt"])
 def test_nuts_matches_closed_form_linear_gaussian_posterior(metric):

@@ -92,7 +92,7 @@ def test_rollout_likelihood_is_fittable_by_nuts(cartpole, trajectories):
         num_predictive=4,
         progress=False,
     )
-    assert np.isfinite(nuts.posterior_samples()["actuator/viscous_z"]).all()
+    assert np.isfinite(nuts.posterior_samples()["actuator/log_viscous_z"]).all()
     assert nuts.model().spec == rollout_model.spec
 
 

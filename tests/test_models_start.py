@@ -127,13 +127,11 @@ def test_friction_priors_scale_with_the_system():
 
     furuta = bn.get_system("furuta")
     cart = bn.get_system("cartpole")
-    # the bug: a Coulomb median of 0.02 N m was 80 % of the Furuta arm's 0.025 N m limit;
-    # now half-normal scales are fractions of the joint's effort limit
-    coulomb = WeakPrior().friction(furuta, "coulomb")
-    np.testing.assert_array_equal(coulomb.loc, 0.0)
-    assert coulomb.scale[0] == pytest.approx(0.1 * 0.025)
-    assert WeakPrior().friction(cart, "viscous").scale[0] == pytest.approx(
-        0.2 * cart.effort_limit[0]
+    # the bug: a Coulomb median of 0.02 N m was 80 % of the Furuta arm's 0.025 N m limit
+    coulomb = np.exp(WeakPrior().friction(furuta, "coulomb").loc)
+    assert coulomb[0] == pytest.approx(0.02 * 0.025)
+    assert np.exp(WeakPrior().friction(cart, "viscous").loc)[0] == pytest.approx(
+        0.05 * cart.effort_limit[0]
     )
     # the unactuated pendulum: rms of the nominal inverse dynamics over random states
     q, qd, qdd = bn.sample_states(furuta, 0, 64)
