@@ -910,7 +910,7 @@ def fit_svi(
         )
 
     k_start, k_init = jax.random.split(k_init)
-    starts = None  # inits: where the guide starts, init_loc_fns or points (:func:`_init_starts`)
+    # inits: where the guide starts, init_loc_fns or start points (:func:`_init_starts`)
     if resume is not None:
         check_same_fit(resume, bayes_model, observations, method="svi", what="resume")
         old = resume.attrs["settings"]
