@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -285,6 +286,72 @@ def _table(records, system: str, dataset: str, horizons) -> list[str]:
     return lines
 
 
+_NUMBER = re.compile(r"-?\d+(\.\d+)?(e[+-]?\d+)?")
+
+
+def not_converged(records) -> dict:
+    """The finished cells without a converged posterior, and why.
+
+    Returns ``{"cells": [...], "reasons": {method: Counter}}``: each cell as ``(system, dataset,
+    seed, variant, method, attempts, reason)`` (the reason as the cell recorded it), and per
+    posterior method how often each kind of reason occurs (a record's reason split at ``"; "``,
+    its numbers replaced by ``#``, so "2 divergent transitions" and "5 divergent transitions"
+    count as one kind).
+    """
+    cells, reasons = [], collections.defaultdict(collections.Counter)
+    for r in sorted(records, key=_key):
+        if r["status"] != "ok" or _get(r, "posterior.converged"):
+            continue
+        method = str(_get(r, "posterior.method"))
+        reason = str(_get(r, "posterior.reason") or "not recorded")
+        c = r["cell"]
+        attempts = _get(r, "posterior.attempts")
+        cells.append(
+            (c["system"], c["dataset"], c.get("seed", 0), c["variant"], method, attempts, reason)
+        )
+        for clause in reason.split("; "):
+            reasons[method][_NUMBER.sub("#", clause)] += 1
+    return {"cells": cells, "reasons": dict(reasons)}
+
+
+def _not_converged_lines(records) -> list[str]:
+    """The report's section on cells without a converged posterior: counts per method and kind
+    of reason, then every such cell with its reason (in a collapsed block)."""
+    nc = not_converged(records)
+    ok = [r for r in records if r["status"] == "ok"]
+    if not nc["cells"]:
+        return ["## Cells without a converged posterior", "", "None.", ""]
+    lines = [
+        "## Cells without a converged posterior",
+        "",
+        f"{len(nc['cells'])} of {len(ok)} finished cells. Their metrics are in the tables and "
+        "the conclusions (every finished cell counts); what a cell's posterior lacks is below. "
+        "Kinds of reason (a cell may give several; `#` stands for the cell's numbers):",
+        "",
+        "| posterior | cells | not converged | reason | cells with it |",
+        "|---|---|---|---|---|",
+    ]
+    for method in sorted(nc["reasons"]):
+        total = sum(str(_get(r, "posterior.method")) == method for r in ok)
+        missed = sum(cell[4] == method for cell in nc["cells"])
+        for i, (kind, count) in enumerate(nc["reasons"][method].most_common()):
+            head = f"{method} | {total} | {missed}" if i == 0 else " | | "
+            lines.append(f"| {head} | {kind} | {count} |")
+    lines += [
+        "",
+        "<details><summary>Every cell without a converged posterior, with its reason</summary>",
+        "",
+        "| system | dataset | seed | variant | posterior | attempts | reason |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for system, dataset, seed, variant, method, attempts, reason in nc["cells"]:
+        reason = reason.replace("|", "/")
+        lines.append(
+            f"| {system} | {dataset} | {seed} | {variant} | {method} | {attempts} | {reason} |"
+        )
+    return lines + ["", "</details>", ""]
+
+
 def _verdict(x) -> str:
     return {True: "**holds**", False: "**does not hold**", None: "**undecided**"}[x]
 
@@ -411,6 +478,7 @@ def write_report(
         if key in figs:
             lines.append(f"![{caption}]({os.path.relpath(figs[key], report_path.parent)})")
             lines.append("")
+    lines += _not_converged_lines(records)
     lines += [
         "## Tables",
         "",

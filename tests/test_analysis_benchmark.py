@@ -250,7 +250,7 @@ def fake_record(system, dataset, variant, *, nmse, rmse, div, declared):
 
 def test_report_conclusions_from_records(tmp_path):
     from analysis.benchmark import write_json_atomic
-    from analysis.report import conclusions, write_report
+    from analysis.report import conclusions, not_converged, write_report
 
     recs = []
     for ds in ("uniform", "trajectories", "hardware"):
@@ -275,11 +275,26 @@ def test_report_conclusions_from_records(tmp_path):
     assert c["nokin_vs_diffnea"]["weak"]["holds"] is None
     priors = c["priors"]["diffnea"]
     assert priors["median_ratio"] == pytest.approx(2 / 3) and priors["holds"] is True
+    for r, n in zip(recs[:2], (2, 5), strict=True):
+        r["metrics"]["posterior"] = {
+            "method": "nuts",
+            "converged": False,
+            "attempts": 2,
+            "reason": f"{n} divergent transitions; R-hat 1.0{n} > 1.01",
+        }
+    nc = not_converged(recs)
+    assert [c[3] for c in nc["cells"]] == ["diffnea/viscous/informative", "diffnea/viscous/weak"]
+    assert nc["reasons"]["nuts"] == {"# divergent transitions": 2, "R-hat # > #": 2}
     for r in recs:
         write_json_atomic(tmp_path / "cells" / f"{r['cell']['id']}.json", r)
     path = write_report(tmp_path)
     text = path.read_text()
     assert "does not hold" in text and "figure1.png" in text and "### cartpole, hardware" in text
+    assert "| nuts | 12 | 2 | # divergent transitions | 2 |" in text
+    assert (
+        "| cartpole | uniform | 0 | diffnea/viscous/weak | nuts | 2 | "
+        "5 divergent transitions; R-hat 1.05 > 1.01 |" in text
+    )
     assert (tmp_path / "figure1.png").stat().st_size > 1000 and (
         tmp_path / "grid_nmse.png"
     ).exists()
