@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.benchmark import load_records
+from analysis.cells import ENSEMBLE_ATTEMPTS
 from analysis.plots import plot_figure1, plot_grid, record_metric
 from data.io import write_text_atomic
 
@@ -430,7 +431,12 @@ def write_report(
         "re-runs; an ensemble with a member not stopped on its validation minimum by the last "
         "step, or with fewer than two members left; a Laplace fit whose MAP "
         "is not a checked stationary point or whose importance weights' Pareto k is above "
-        "`min(1 - 1/log10(S), 0.7)`.",
+        "`min(1 - 1/log10(S), 0.7)`. Re-runs of a cell that did not converge (the budget): "
+        f"NUTS up to {settings.get('nuts_attempts')} runs (its chains extended by as many "
+        "draws again where only R-hat or ESS fell short, re-run with twice the warm-up and a "
+        "new key after divergences); an ensemble with fewer than two members left fitted "
+        f"once more with twice the members (up to {ENSEMBLE_ATTEMPTS} fits); a Laplace fit "
+        "once.",
         "",
         "## Conclusions of the paper, measured",
         "",
