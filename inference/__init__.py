@@ -7,8 +7,8 @@ Public API::
     fit_nuts(bayes_model, data, *, key, num_warmup=1000, num_samples=1000, num_chains=2,
              init=None, metric="auto" | "adapt" | "laplace" | array, ...)
     laplace_inverse_mass(bayes_model, data, point) -> (d, d)   # the Laplace NUTS metric
-    fit_laplace(bayes_model, data, *, init, key, importance="psis", ...) -> FitResult
-                                        # N(MAP, H^-1) draws, importance-resampled (PSIS)
+    fit_laplace(bayes_model, data, *, init, key, importance="auto", ...) -> FitResult
+                                        # N(MAP, H^-1) draws, PSIS-resampled where reliable
     FitResult(idata, variant, system, method): posterior_samples(), model(), diagnostics(), ...
     save_result(result, path); load_result(path) -> FitResult   # netCDF (h5netcdf), atomic
 

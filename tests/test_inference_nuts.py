@@ -317,9 +317,26 @@ def test_laplace_fit_draws_the_closed_form_posterior(problem):
     beta = np.asarray(plain.posterior_samples()["beta"])
     assert np.all(np.abs(beta.mean(axis=0) - mean[:b] - 5 * sd[:b]) < 0.5 * sd[:b])
     # importance weights see that N(init, H^-1) misses the posterior: flagged, not trusted
-    corrected = fit_laplace(model, data, init=shifted, **options)
+    corrected = fit_laplace(model, data, init=shifted, importance="psis", **options)
     assert corrected.attrs["laplace"]["pareto_k"] > corrected.attrs["laplace"]["pareto_k_max"]
-    assert not corrected.attrs["laplace"]["reliable"]
+    assert not corrected.attrs["laplace"]["reliable"] and corrected.attrs["laplace"]["resampled"]
+    # "auto": the same diagnostics, but the unreliable weights resample nothing: the draws are
+    # the proposal's (the "none" draws of the same key); at the MAP it resamples as "psis"
+    auto = fit_laplace(model, data, init=shifted, importance="auto", **options)
+    assert auto.attrs["laplace"]["pareto_k"] == corrected.attrs["laplace"]["pareto_k"]
+    assert not auto.attrs["laplace"]["resampled"]
+    np.testing.assert_array_equal(np.asarray(auto.posterior_samples()["beta"]), beta)
+    from inference.laplace import _keep_finite
+
+    kept = _keep_finite(np.array([0.0, -np.inf, 1.0, 2.0, -np.inf, 0.5]))
+    assert kept.size == 6 and set(kept) == {0, 2, 3, 5}  # every finite draw, no other
+    at_map = {"beta": mean[:b], "actuator/viscous": mean[b:]}
+    auto = fit_laplace(model, data, init=at_map, importance="auto", **options)
+    psis = fit_laplace(model, data, init=at_map, importance="psis", **options)
+    assert auto.attrs["laplace"]["reliable"] and auto.attrs["laplace"]["resampled"]
+    np.testing.assert_array_equal(
+        np.asarray(auto.posterior_samples()["beta"]), np.asarray(psis.posterior_samples()["beta"])
+    )
 
 
 def test_laplace_importance_correction_recovers_a_skewed_posterior(problem):
@@ -354,7 +371,8 @@ def test_laplace_importance_correction_recovers_a_skewed_posterior(problem):
     assert abs(rate.mean() - 3.0) < 0.15 and abs(rate.std() - np.sqrt(3.0)) < 0.15
     report = fit.attrs["laplace"]
     assert report["reliable"] and 0.3 < report["pareto_k"] < report["pareto_k_max"]
-    assert 1000 < report["importance_ess"] < 4000 and fit.attrs["settings"]["importance"] == "psis"
+    assert 1000 < report["importance_ess"] < 4000 and fit.attrs["settings"]["importance"] == "auto"
+    assert report["resampled"]
 
 
 def _quartic_moments(a: float, b: float) -> tuple[float, float]:
