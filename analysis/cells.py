@@ -17,8 +17,9 @@ The posterior of a cell (:func:`fit_posterior`) is the library's own path for it
   (the quick setting): the Laplace approximation at the polished MAP in the same coordinates,
   its axes' shapes fitted to the log joint (fourth-order directions of learned placements) and
   corrected by Pareto-smoothed importance resampling where the weights' Pareto k is below its
-  threshold, the proposal's draws kept uncorrected above it (:func:`inference.fit_laplace`'s
-  ``importance="auto"``), converged when the MAP is checked and k is below: NUTS there costs
+  threshold, the proposal's draws kept uncorrected above it where the Hessian at the MAP is
+  positive definite (:func:`inference.fit_laplace`'s ``importance="auto"``), converged when the
+  MAP is checked and k is below: NUTS there costs
   ~4 min per cell on 6,000 states (docs/measurements.md), beyond the quick grid's budget; the
   full setting runs NUTS;
 - ``nea``: NUTS from its MAP with the torque noise fixed at the nominal model's residual
@@ -335,7 +336,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
                     if not np.isnan(k)
                     else "importance weights' tail could not be fitted (Pareto k NaN)"
                 )
-                + " (its draws kept, not resampled)"
+                + ("" if report["resampled"] else " (its draws kept, not resampled)")
             )
         return fit, {
             "method": "laplace+psis",

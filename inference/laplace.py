@@ -199,7 +199,8 @@ def fit_laplace(
             draws resampled
             only where ``k`` is below its threshold; above it the proposal's draws are kept
             (``laplace["resampled"]`` False; draws where the target has no density left
-            out): a few heavy draws resampled a thousand times
+            out) if the Hessian at ``init`` is positive definite (at a point that is no mode
+            the floored covariance is arbitrary: resampled as ``"psis"``): a few heavy draws resampled a thousand times
             are a point, not a posterior, and say less about the posterior's spread than the
             proposal does (both are then approximations; the fit is not converged). Measured
             on the quick grid's 31 unreliable Laplace cells of learned kinematics: mean rollout
@@ -264,7 +265,9 @@ def fit_laplace(
         energy = _potential_energies(bayes_model, data, z, unravel)
         log_w = -np.asarray(energy, np.float64) - log_q
         index, weights = psis_resample(log_w, k_resample)
-        resampled = importance == "psis" or weights["reliable"]
+        # the proposal's draws stand in only for a Laplace approximation at a mode: at a point
+        # with an indefinite Hessian the floored covariance is arbitrary
+        resampled = importance == "psis" or weights["reliable"] or laplace["hessian_eig_min"] <= 0
         if not resampled:  # the proposal's draws, less those the target gives no density
             index = _keep_finite(log_w)
         z = z[index]

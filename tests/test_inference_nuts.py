@@ -375,6 +375,36 @@ def test_laplace_importance_correction_recovers_a_skewed_posterior(problem):
     assert report["resampled"]
 
 
+def test_laplace_auto_resamples_where_the_hessian_is_indefinite(problem):
+    """At a point that is no mode (a site with log density x^2 - x^4 - x^2/200, double-welled,
+    started at its saddle x = 0) the Hessian is indefinite and the floored covariance says nothing:
+    ``importance="auto"`` resamples there as ``"psis"`` does, even with an unreliable k."""
+    import dataclasses
+
+    import numpyro
+
+    model, data, mean, _ = problem
+
+    @dataclasses.dataclass(frozen=True, eq=False)
+    class WithSaddle(type(model)):
+        def model(self, data, *, subsample_size=None):
+            x = numpyro.sample("x", numpyro.distributions.Normal(0.0, 10.0))
+            numpyro.factor("double_well", x**2 - x**4)
+            super().model(data, subsample_size=subsample_size)
+
+    saddle = WithSaddle(**{f.name: getattr(model, f.name) for f in dataclasses.fields(model)})
+    b = model.n_base
+    init = {"beta": mean[:b], "actuator/viscous": mean[b:], "x": 0.0}
+    options = dict(key=2, num_samples=500, num_chains=1, num_predictive=0, log_likelihood=False)
+    fit = fit_laplace(saddle, data, init=init, proposal="gaussian", **options)
+    report = fit.attrs["laplace"]
+    assert report["hessian_eig_min"] < 0 and not report["reliable"] and report["resampled"]
+    psis = fit_laplace(saddle, data, init=init, proposal="gaussian", importance="psis", **options)
+    np.testing.assert_array_equal(
+        np.asarray(fit.posterior_samples()["x"]), np.asarray(psis.posterior_samples()["x"])
+    )
+
+
 def _quartic_moments(a: float, b: float) -> tuple[float, float]:
     """Variance and fourth moment of the density proportional to exp(-(a t^2 + b t^4)) by
     quadrature (the closed form involves Bessel functions)."""
