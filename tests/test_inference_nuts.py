@@ -339,24 +339,32 @@ def test_laplace_fit_draws_the_closed_form_posterior(problem):
     )
 
 
+def _with_extra_site(model, name: str, prior, log_factor=None):
+    """``model`` with one more scalar site ``name`` drawn from ``prior``, and ``log_factor(x)``
+    added to its log density where given."""
+    import dataclasses
+
+    import numpyro
+
+    @dataclasses.dataclass(frozen=True, eq=False)
+    class WithSite(type(model)):
+        def model(self, data, *, subsample_size=None):
+            x = numpyro.sample(name, prior)
+            if log_factor is not None:
+                numpyro.factor("extra_" + name, log_factor(x))
+            super().model(data, subsample_size=subsample_size)
+
+    return WithSite(**{f.name: getattr(model, f.name) for f in dataclasses.fields(model)})
+
+
 def test_laplace_importance_correction_recovers_a_skewed_posterior(problem):
     """A site whose posterior is Gamma(3, 1) (prior only) is lognormal under the Laplace
     approximation in NumPyro's log space (mean 3 e^(1/6) = 3.54 at the log-space mode 3);
     Pareto-smoothed importance resampling recovers the Gamma's mean 3 and sd sqrt(3)."""
-    import dataclasses
-
-    import numpyro
     import numpyro.distributions as dist
 
     model, data, mean, _ = problem
-
-    @dataclasses.dataclass(frozen=True, eq=False)
-    class WithGammaSite(type(model)):
-        def model(self, data, *, subsample_size=None):
-            numpyro.sample("rate", dist.Gamma(3.0, 1.0))
-            super().model(data, subsample_size=subsample_size)
-
-    skewed = WithGammaSite(**{f.name: getattr(model, f.name) for f in dataclasses.fields(model)})
+    skewed = _with_extra_site(model, "rate", dist.Gamma(3.0, 1.0))
     b = model.n_base
     init = {"beta": mean[:b], "actuator/viscous": mean[b:], "rate": 3.0}
     options = dict(key=3, num_samples=2000, num_chains=2, num_predictive=0, log_likelihood=False)
@@ -379,20 +387,10 @@ def test_laplace_auto_resamples_where_the_hessian_is_indefinite(problem):
     """At a point that is no mode (a site with log density x^2 - x^4 - x^2/200, double-welled,
     started at its saddle x = 0) the Hessian is indefinite and the floored covariance says nothing:
     ``importance="auto"`` resamples there as ``"psis"`` does, even with an unreliable k."""
-    import dataclasses
-
-    import numpyro
+    import numpyro.distributions as dist
 
     model, data, mean, _ = problem
-
-    @dataclasses.dataclass(frozen=True, eq=False)
-    class WithSaddle(type(model)):
-        def model(self, data, *, subsample_size=None):
-            x = numpyro.sample("x", numpyro.distributions.Normal(0.0, 10.0))
-            numpyro.factor("double_well", x**2 - x**4)
-            super().model(data, subsample_size=subsample_size)
-
-    saddle = WithSaddle(**{f.name: getattr(model, f.name) for f in dataclasses.fields(model)})
+    saddle = _with_extra_site(model, "x", dist.Normal(0.0, 10.0), lambda x: x**2 - x**4)
     b = model.n_base
     init = {"beta": mean[:b], "actuator/viscous": mean[b:], "x": 0.0}
     options = dict(key=2, num_samples=500, num_chains=1, num_predictive=0, log_likelihood=False)
@@ -446,22 +444,11 @@ def test_laplace_slices_recover_a_fourth_order_posterior(problem):
     such axes the fractions multiply); the slice proposal fits (a, b) = (1/2, c) exactly from
     the log joint and recovers the posterior's variance (quadrature) with nearly equal
     weights."""
-    import dataclasses
-
-    import numpyro
     import numpyro.distributions as dist
 
     model, data, mean, cov = problem
     c = 2000.0
-
-    @dataclasses.dataclass(frozen=True, eq=False)
-    class WithQuarticSite(type(model)):
-        def model(self, data, *, subsample_size=None):
-            x = numpyro.sample("x", dist.Normal(0.0, 1.0))
-            numpyro.factor("fourth_order", -c * x**4)
-            super().model(data, subsample_size=subsample_size)
-
-    quartic = WithQuarticSite(**{f.name: getattr(model, f.name) for f in dataclasses.fields(model)})
+    quartic = _with_extra_site(model, "x", dist.Normal(0.0, 1.0), lambda x: -c * x**4)
     b = model.n_base
     init = {"beta": mean[:b], "actuator/viscous": mean[b:], "x": 0.0}
     options = dict(key=5, num_samples=1000, num_chains=2, num_predictive=0, log_likelihood=False)
