@@ -305,11 +305,7 @@ def not_converged(records) -> dict:
             continue
         method = str(_get(r, "posterior.method"))
         reason = str(_get(r, "posterior.reason") or "not recorded")
-        c = r["cell"]
-        attempts = _get(r, "posterior.attempts")
-        cells.append(
-            (c["system"], c["dataset"], c.get("seed", 0), c["variant"], method, attempts, reason)
-        )
+        cells.append((*_key(r), method, _get(r, "posterior.attempts"), reason))
         for clause in reason.split("; "):
             reasons[method][_NUMBER.sub("#", clause)] += 1
     return {"cells": cells, "reasons": dict(reasons)}
