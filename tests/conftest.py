@@ -24,6 +24,13 @@ if os.environ.get("BAYES_NEA_TEST_XLA_OPT") != "1" and "xla_backend_optimization
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _NO_OPT).strip()
 
 
+# The command line lowers array constants as arguments of the compiled programs
+# (cli.main.share_programs_across_constants); the suite runs the same lowering, and its tests
+# then share the programs of models that differ only in constants (priors, normalisers).
+os.environ.setdefault("JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS", "true")
+os.environ.setdefault("JAX_EMBEDDED_CONSTANTS_MAX_BYTES", "0")
+
+
 def with_xla_optimisation(env: dict) -> dict:
     """``env`` without the suite's optimisation-off flag: for subprocesses that spend their time
     running programs rather than compiling them (the Panda NUTS of the README commands: 106 s
