@@ -162,6 +162,26 @@ def get_settings(setting: str | BenchmarkSettings, **overrides) -> BenchmarkSett
     return dataclasses.replace(base, **overrides)
 
 
+def submission_order(cells: list[dict]) -> list[dict]:
+    """``cells`` in the order the workers get them: within each (seed, system, dataset) block of
+    the grid, the weak-prior variants after all the others (the order is otherwise kept).
+
+    A variant's two priors share their compiled programs (array constants are program arguments,
+    ``cli.main.share_programs_across_constants``), but two workers that start ``X/informative``
+    and ``X/weak`` together, as the grid's order would have them, both compile them.
+    """
+    blocks: dict[tuple, int] = {}
+    for c in cells:
+        blocks.setdefault((c["seed"], c["system"], c["dataset"]), len(blocks))
+    return sorted(
+        cells,
+        key=lambda c: (
+            blocks[c["seed"], c["system"], c["dataset"]],
+            c["variant"].endswith("/weak"),
+        ),
+    )
+
+
 def cell_id(system: str, dataset: str, variant: str, seed: int = 0) -> str:
     """File stem of a cell: ``<system>__<dataset>__<variant with '/' replaced by '-'>``, with
     ``__s<seed>`` appended for dataset seeds other than 0."""
@@ -406,7 +426,7 @@ def run_benchmark(
 
     records: dict[str, dict] = {}
     todo = []
-    for cell in grid:
+    for cell in submission_order(grid):
         record = read_cell(cells_dir / f"{cell['id']}.json")
         if _finished(record, cell, settings_dict):
             records[cell["id"]] = record

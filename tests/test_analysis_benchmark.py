@@ -23,6 +23,7 @@ from analysis.benchmark import (
     make_grid,
     read_cell,
     run_benchmark,
+    submission_order,
 )
 from data.io import write_json_atomic
 from data.simulate import MEASUREMENT_NOISE
@@ -91,6 +92,23 @@ def test_grid_and_settings():
     quick = get_settings("quick")
     assert quick.seeds == (0, 1, 2) and quick.duration >= 30
     assert quick.duration * quick.split[0] / quick.episode_duration >= 5  # training episodes
+
+
+def test_submission_order_starts_a_variants_weak_prior_after_its_block():
+    """Within each (seed, system, dataset) block every weak-prior cell comes after every other
+    cell (so ``X/weak`` does not start beside ``X/informative``, whose programs it shares);
+    the blocks keep the grid's order (seed outermost) and no cell is lost or repeated."""
+    grid = make_grid(seeds=(0, 1))  # the 26 DiffNEA variants
+    order = submission_order(grid)
+    assert sorted(c["id"] for c in order) == sorted(c["id"] for c in grid)
+    block = [(c["seed"], c["system"], c["dataset"]) for c in order]
+    assert block == [(c["seed"], c["system"], c["dataset"]) for c in grid]
+    for k in range(0, len(order), 26):
+        weak = [c["variant"].endswith("/weak") for c in order[k : k + 26]]
+        assert weak == sorted(weak) and sum(weak) == 12
+        assert [c for c in order[k : k + 26] if not c["variant"].endswith("/weak")] == [
+            c for c in grid[k : k + 26] if not c["variant"].endswith("/weak")
+        ]
 
 
 def test_full_grid_runs_and_resumes(tmp_path, cell_module):
