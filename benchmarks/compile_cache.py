@@ -91,7 +91,7 @@ def run_cell(
 
 
 def _row(first: str, label: str, r: dict) -> None:
-    names = ", ".join(r["programs"][:3]) if r["compiled"] < 20 else "(all)"
+    names = ", ".join(r["programs"][:3]) if r["compiled"] < 100 else "(all)"
     print(
         f"| {first} | {label} | {r['seconds']:.1f} | {r['backend_compile_s']:.1f} | "
         f"{r['compiled']} | {names} |",
