@@ -24,11 +24,12 @@ if os.environ.get("BAYES_NEA_TEST_XLA_OPT") != "1" and "xla_backend_optimization
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _NO_OPT).strip()
 
 
-# The command line lowers array constants as arguments of the compiled programs
-# (cli.main.share_programs_across_constants); the suite runs the same lowering, and its tests
-# then share the programs of models that differ only in constants (priors, normalisers).
-os.environ.setdefault("JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS", "true")
-os.environ.setdefault("JAX_EMBEDDED_CONSTANTS_MAX_BYTES", "0")
+# The suite runs the command line's lowering (array constants as arguments of the compiled
+# programs), so its tests share the programs of models that differ only in constants (priors,
+# normalisers). cli.main imports nothing heavy: JAX is not started yet.
+from cli.main import share_programs_across_constants  # noqa: E402
+
+share_programs_across_constants()
 
 
 def with_xla_optimisation(env: dict) -> dict:
