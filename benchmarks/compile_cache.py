@@ -27,6 +27,8 @@ import sys
 import tempfile
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)
+from cli.main import CONSTANTS_AS_ARGUMENTS  # noqa: E402  (imports nothing heavy)
 
 CHILD = """
 import json, logging, sys, time
@@ -64,10 +66,7 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "backend_compile_s": seco
 
 CONSTANTS = {
     "embedded": {"JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS": "false"},
-    "hoisted": {
-        "JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS": "true",
-        "JAX_EMBEDDED_CONSTANTS_MAX_BYTES": "0",
-    },
+    "hoisted": CONSTANTS_AS_ARGUMENTS,  # what the command line sets
 }
 
 

@@ -102,6 +102,13 @@ def use_compilation_cache() -> None:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
+CONSTANTS_AS_ARGUMENTS = {
+    "JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS": "true",
+    "JAX_EMBEDDED_CONSTANTS_MAX_BYTES": "0",
+}
+"""The environment of :func:`share_programs_across_constants`."""
+
+
 def share_programs_across_constants() -> None:
     """Lower a program's array constants as arguments of the compiled executable instead of
     embedding them in it (JAX's simplified constants, every non-scalar constant hoisted), unless
@@ -116,8 +123,8 @@ def share_programs_across_constants() -> None:
     processes that it starts inherit it (start the workers of a ``--scheduler`` cluster with
     the same two variables).
     """
-    os.environ.setdefault("JAX_USE_SIMPLIFIED_JAXPR_CONSTANTS", "true")
-    os.environ.setdefault("JAX_EMBEDDED_CONSTANTS_MAX_BYTES", "0")
+    for name, value in CONSTANTS_AS_ARGUMENTS.items():
+        os.environ.setdefault(name, value)
 
 
 def main(argv: list[str] | None = None) -> int:
