@@ -100,32 +100,37 @@ def test_parameter_gradients_match_finite_differences(case, algorithm):
     robot, q, qd, qdd = case
     w = np.random.default_rng(11).normal(size=robot.n)
     fn = bn.rnea if algorithm == "rnea" else bn.aba
-    loss = jax.jit(lambda params: jnp.dot(w, fn(robot, q, qd, qdd, params=params)))
-    grads = jax.jit(jax.grad(loss))(robot.nominal)
+    # one compiled program gives the value (for the differences) and the gradient
+    value_and_grad = jax.jit(
+        jax.value_and_grad(lambda params: jnp.dot(w, fn(robot, q, qd, qdd, params=params)))
+    )
+    value, grads = value_and_grad(robot.nominal)
     for field in ("theta", "rpy", "xyz"):
         x0 = np.asarray(getattr(robot.nominal, field))
         fd = _central_difference(
-            lambda x, field=field: float(loss(robot.nominal._replace(**{field: x}))),
+            lambda x, field=field: float(value_and_grad(robot.nominal._replace(**{field: x}))[0]),
             x0,
             floor=1e-4 if field == "theta" else 1e-3,
         )
-        err = _relative_error(getattr(grads, field), fd, float(loss(robot.nominal)))
+        err = _relative_error(getattr(grads, field), fd, float(value))
         assert err < 1e-6, (field, err)
 
 
 def test_state_gradients_match_finite_differences(case):
     robot, q, qd, qdd = case
     w = np.random.default_rng(12).normal(size=robot.n)
-    loss = jax.jit(lambda q, qd, tau: jnp.dot(w, bn.aba(robot, q, qd, tau)))
+    value_and_grad = jax.jit(  # one program: the value (differences) and the gradient
+        jax.value_and_grad(lambda q, qd, tau: jnp.dot(w, bn.aba(robot, q, qd, tau)), (0, 1, 2))
+    )
     tau = bn.rnea(robot, q, qd, qdd)
-    grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(q, qd, tau)
+    value, grads = value_and_grad(q, qd, tau)
     for k, x in enumerate((q, qd, tau)):
 
         def f(y, k=k):
             args = [q, qd, tau]
             args[k] = y
-            return float(loss(*args))
+            return float(value_and_grad(*args)[0])
 
         fd = _central_difference(f, x, floor=1e-3)
-        err = _relative_error(grads[k], fd, float(loss(q, qd, tau)))
+        err = _relative_error(grads[k], fd, float(value))
         assert err < 1e-6, (k, err)
