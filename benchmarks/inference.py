@@ -85,14 +85,30 @@ def run_once(args) -> dict:
     return out
 
 
+def _efforts(robot, key, shape, dtype, kind: str):
+    """Efforts (N, n) of the identifiable table. ``"unit"``: N(0, 1) N or N m on every joint,
+    unactuated ones included (the table's data until 2026-11-28); ``"limit"``: N(0, limit^2) on
+    each joint with an effort limit and 0 on the others (an unactuated joint gets no effort, as
+    on the hardware)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    tau = jax.random.normal(key, shape, dtype)
+    if kind == "unit":
+        return tau
+    limit = np.abs(np.asarray(robot.effort_limit, dtype=np.float64))
+    return tau * jnp.asarray(np.where(np.isfinite(limit), limit, 0.0), dtype)
+
+
 def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[dict]:
     """One cell of the identifiable-geometry table: Newton MAP then NUTS (the model's metric),
     one row per NUTS key ``0 .. args.nuts_keys - 1`` from the same MAP (replicates of the
     sampler on the same posterior: a divergence count of one run is a draw of a random count).
 
-    Data: ``args.samples`` uniform states with N(0, 1) efforts, accelerations of the nominal
-    robot with the prior-median friction of ``diffnea/<actuator>/informative`` (the same data
-    for both priors) plus 5 % noise. ``family`` ``"nokin-diffnea"`` learns the placements too
+    Data: ``args.samples`` uniform states with efforts from :func:`_efforts` (``args.efforts``),
+    accelerations of the nominal robot with the prior-median friction of
+    ``diffnea/<actuator>/informative`` (the same data for both priors) plus 5 % noise. ``family`` ``"nokin-diffnea"`` learns the placements too
     (its base parameters at each draw's placements; truth at the nominal ones). Besides the
     latent sites' R-hat / ESS the row gives those of the identified quantities
     (``inference.identified``: base parameters, coefficients, noise scales and the predicted
@@ -117,7 +133,7 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
     truth = truth_model.init_sample(dtype=dtype)
     q, qd, _ = bn.sample_states(robot, jax.random.PRNGKey(1), args.samples)
     q, qd = q.astype(dtype), qd.astype(dtype)
-    tau = jax.random.normal(jax.random.PRNGKey(2), q.shape, dtype)
+    tau = _efforts(robot, jax.random.PRNGKey(2), q.shape, dtype, args.efforts)
     qdd = jax.jit(jax.vmap(truth_model.qdd_fn(truth)))(q, qd, tau)
     qdd = qdd + 0.05 * jnp.std(qdd, axis=0) * jax.random.normal(
         jax.random.PRNGKey(3), qdd.shape, dtype
@@ -137,7 +153,7 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
         B = np.asarray(model.base.to_base)
     beta_true = B @ np.asarray(nominal.theta).reshape(-1)
     hq, hqd, _ = bn.sample_states(robot, jax.random.PRNGKey(11), 20)
-    htau = jax.random.normal(jax.random.PRNGKey(12), hq.shape, dtype)
+    htau = _efforts(robot, jax.random.PRNGKey(12), hq.shape, dtype, args.efforts)
     held_out = (hq.astype(dtype), hqd.astype(dtype), htau)
     rows = []
     for key in range(args.nuts_keys):
@@ -208,7 +224,7 @@ def run_identifiable(args) -> list[dict]:
 def print_identifiable(rows, args) -> None:
     print(
         f"identifiable geometry (models.identifiable), forward likelihood, {args.samples} "
-        f"uniform samples; Newton MAP, then NUTS 2 chains x ({args.warmup} warm-up + "
+        f"uniform samples, efforts '{args.efforts}'; Newton MAP, then NUTS 2 chains x ({args.warmup} warm-up + "
         f"{args.draws} draws), metric/target acceptance as listed; rhat_max/ess_bulk_min over the "
         "latent sites, *_identified over base parameters, coefficients, noise scales and predicted "
         "accelerations at 20 held-out states (rhat_qdd_max: those alone); total = MAP + NUTS incl. "
@@ -263,6 +279,12 @@ def main(argv=None) -> int:
     p.add_argument("--actuators", default="viscous,stribeck")
     p.add_argument("--priors", default="informative,weak")
     p.add_argument("--target-accept", type=float, default=0.8, help="NUTS step-size target")
+    p.add_argument(
+        "--efforts",
+        choices=("unit", "limit"),
+        default="unit",
+        help="identifiable: N(0, 1) on every joint, or N(0, limit^2) on the driven joints only",
+    )
     p.add_argument(
         "--nuts-keys",
         type=int,
