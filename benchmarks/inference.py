@@ -108,9 +108,10 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
 
     Data: ``args.samples`` uniform states with efforts from :func:`_efforts` (``args.efforts``),
     accelerations of the nominal robot with the prior-median friction of
-    ``diffnea/<actuator>/informative`` (the same data for both priors) plus 5 % noise. ``family`` ``"nokin-diffnea"`` learns the placements too
-    (its base parameters at each draw's placements; truth at the nominal ones). Besides the
-    latent sites' R-hat / ESS the row gives those of the identified quantities
+    ``diffnea/<actuator>/informative`` (the same data for both priors) plus 5 % noise.
+    ``family`` ``"nokin-diffnea"`` learns the placements too (its base parameters at each
+    draw's placements; truth at the nominal ones). Besides the latent sites' R-hat / ESS the
+    row gives those of the identified quantities
     (``inference.identified``: base parameters, coefficients, noise scales and the predicted
     accelerations at 20 held-out states).
     """
@@ -224,8 +225,8 @@ def run_identifiable(args) -> list[dict]:
 def print_identifiable(rows, args) -> None:
     print(
         f"identifiable geometry (models.identifiable), forward likelihood, {args.samples} "
-        f"uniform samples, efforts '{args.efforts}'; Newton MAP, then NUTS 2 chains x ({args.warmup} warm-up + "
-        f"{args.draws} draws), metric/target acceptance as listed; rhat_max/ess_bulk_min over the "
+        f"uniform samples, efforts '{args.efforts}'; Newton MAP, then NUTS 2 chains x "
+        f"({args.warmup} warm-up + {args.draws} draws), metric/target acceptance as listed; rhat_max/ess_bulk_min over the "
         "latent sites, *_identified over base parameters, coefficients, noise scales and predicted "
         "accelerations at 20 held-out states (rhat_qdd_max: those alone); total = MAP + NUTS incl. "
         "compile"
