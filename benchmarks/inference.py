@@ -226,10 +226,10 @@ def print_identifiable(rows, args) -> None:
     print(
         f"identifiable geometry (models.identifiable), forward likelihood, {args.samples} "
         f"uniform samples, efforts '{args.efforts}'; Newton MAP, then NUTS 2 chains x "
-        f"({args.warmup} warm-up + {args.draws} draws), metric/target acceptance as listed; rhat_max/ess_bulk_min over the "
-        "latent sites, *_identified over base parameters, coefficients, noise scales and predicted "
-        "accelerations at 20 held-out states (rhat_qdd_max: those alone); total = MAP + NUTS incl. "
-        "compile"
+        f"({args.warmup} warm-up + {args.draws} draws), metric/target acceptance as listed; "
+        "rhat_max/ess_bulk_min over the latent sites, *_identified over base parameters, "
+        "coefficients, noise scales and predicted accelerations at 20 held-out states "
+        "(rhat_qdd_max: those alone); total = MAP + NUTS incl. compile"
     )
     columns = [
         ("system", "{}"),
