@@ -9,7 +9,9 @@ NumPyro's unconstrained space, with the same energy, gradient and dense Hessian 
   (More-Sorensen and GLTR trust-region subproblems), ``gtol`` 1e-6 on the gradient norm, at
   most the polish's iteration limit.
 
-Prints per cell and method: wall time (the second of two runs: compiled programs shared),
+Prints per cell and method: wall time (the second of two runs: the Hessian program is shared;
+``polish_map`` compiles its energy and gradient programs again on every call, so its time
+includes those compiles),
 iterations, Hessian evaluations, end energy, gradient norm, Newton decrement where the Hessian
 is positive definite, and its smallest eigenvalue.
 
@@ -46,7 +48,7 @@ from analysis.cells import _data_key, cell_data, cell_seed, grid_scales  # noqa:
 from inference import fit_svi  # noqa: E402
 from inference._common import point_values  # noqa: E402
 from inference.laplace import potential_hessian  # noqa: E402
-from inference.polish import polish_map  # noqa: E402
+from inference.polish import _end_report, polish_map  # noqa: E402
 from inference.result import trace_sites  # noqa: E402
 from models import build_model, model_data  # noqa: E402
 from models.identifiable import identifiable_where_possible  # noqa: E402
@@ -80,13 +82,6 @@ def cell_problem(name: str):
         log_likelihood=False,
     )
     return model, data, point_values(svi, trace_sites(model, data)[0])
-
-
-def end_state(H: np.ndarray, g: np.ndarray) -> tuple[float, float]:
-    """Newton decrement (inf unless H is positive definite) and the smallest eigenvalue."""
-    w, V = np.linalg.eigh(0.5 * (H + H.T))
-    decrement = float(np.sqrt(g @ V @ ((V.T @ g) / w))) if w[0] > 0 else float("inf")
-    return decrement, float(w[0])
 
 
 def run_methods(model, data, point, max_iter: int) -> list[dict]:
@@ -128,7 +123,7 @@ def run_methods(model, data, point, max_iter: int) -> list[dict]:
                 x, iterations, hessians = res.x, int(res.nit), counts["hessians"]
             seconds = time.perf_counter() - t0
         e, g = fun(x)
-        decrement, eig_min = end_state(hess(x), g)
+        end = _end_report(hess(x), g, e, iterations, 1e-6, float(np.finfo(np.float64).eps))
         rows.append(
             dict(
                 method=method,
@@ -137,8 +132,8 @@ def run_methods(model, data, point, max_iter: int) -> list[dict]:
                 hessians=hessians,
                 energy=e,
                 grad_norm=float(np.linalg.norm(g)),
-                decrement=decrement,
-                eig_min=eig_min,
+                decrement=end.newton_decrement,
+                eig_min=end.min_eigenvalue,
             )
         )
     return rows
