@@ -50,8 +50,9 @@ class BenchmarkSettings:
         svi_steps, learning_rate: SVI (the MAP before NUTS; each ensemble member).
         num_warmup, num_samples, num_chains, max_tree_depth: NUTS per attempt; an attempt that
             did not converge is extended by ``num_samples`` draws per chain when only R-hat
-            (above 1.01) or bulk ESS (below ``min_ess``) fell short, and re-run with a new key
-            and twice the warm-up after divergences, up to ``nuts_attempts`` runs. At 300 draws
+            (above 1.01) or bulk ESS (below ``min_ess``) fell short, and re-run with a new key,
+            twice the warm-up and a higher step-size target after divergences
+            (``analysis.cells.next_target_accept``), up to ``nuts_attempts`` runs. At 300 draws
             per chain the largest R-hat of 12-40 perfectly mixed sites exceeds 1.01 in 16-45 %
             of runs (2 chains of independent draws, simulated); at 500 in 1.5-4 %.
         kinematics_posterior: ``"laplace"`` or ``"nuts"``: the posterior of ``nokin-diffnea``

@@ -430,8 +430,9 @@ def write_report(
         "is not a checked stationary point or whose importance weights' Pareto k is above "
         "`min(1 - 1/log10(S), 0.7)`. Re-runs of a cell that did not converge (the budget): "
         f"NUTS up to {settings.get('nuts_attempts')} runs (its chains extended by as many "
-        "draws again where only R-hat or ESS fell short, re-run with twice the warm-up and a "
-        "new key after divergences); an ensemble with fewer than two members left fitted "
+        "draws again where only R-hat or ESS fell short, re-run with twice the warm-up, a "
+        "step-size target a quarter closer to 1 and a new key after divergences; the first run "
+        "at the model's target: 0.95 for Stribeck friction, else 0.8); an ensemble with fewer than two members left fitted "
         f"once more with twice the members (up to {ENSEMBLE_ATTEMPTS} fits); a Laplace fit "
         "once.",
         "",

@@ -169,7 +169,7 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
             init=point,
             metric=args.metric or "auto",
             dense_mass=args.metric == "adapt",
-            target_accept=args.target_accept,
+            target_accept=args.target_accept or "auto",
             progress=False,
             num_predictive=0,
             log_likelihood=False,
@@ -189,7 +189,7 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
                 "system": system,
                 "variant": f"{family}/{actuator}/{prior}",
                 "key": key,
-                "metric": f"{settings['metric']}{dense}/{args.target_accept:g}",
+                "metric": f"{settings['metric']}{dense}/{settings['target_accept']:g}",
                 "map_s": t_map,
                 "map_converged": report.converged,
                 "nuts_wall_s": fit.attrs["timing"]["wall_s"],
@@ -279,7 +279,12 @@ def main(argv=None) -> int:
     p.add_argument("--families", default="diffnea", help="identifiable: diffnea,nokin-diffnea")
     p.add_argument("--actuators", default="viscous,stribeck")
     p.add_argument("--priors", default="informative,weak")
-    p.add_argument("--target-accept", type=float, default=0.8, help="NUTS step-size target")
+    p.add_argument(
+        "--target-accept",
+        type=float,
+        default=None,
+        help="NUTS step-size target (default: 0.8; identifiable: the model's, fit_nuts 'auto')",
+    )
     p.add_argument(
         "--efforts",
         choices=("unit", "limit"),

@@ -69,7 +69,11 @@ def add_arguments(parser) -> None:
         "else adapt)",
     )
     parser.add_argument(
-        "--target-accept", type=real(0.0, 1.0, open_low=True), default=0.8, help="in (0, 1)"
+        "--target-accept",
+        type=real(0.0, 1.0, open_low=True),
+        default=None,
+        help="NUTS step-size target in (0, 1) (default: the model's: 0.95 for Stribeck friction "
+        "in the identifiable geometry, else 0.8)",
     )
     parser.add_argument(
         "--polish",
@@ -120,7 +124,7 @@ def run(args) -> int:
         raise ValueError("--init starts NUTS; it is meaningless with --method svi")
     if args.polish and (args.method != "svi" or args.guide not in ("auto", "delta")):
         raise ValueError("--polish finishes an SVI MAP: it needs --method svi --guide delta")
-    if args.target_accept >= 1.0:
+    if args.target_accept is not None and args.target_accept >= 1.0:
         raise ValueError(f"--target-accept must be below 1, got {args.target_accept}")
     validation = validation_fraction(args.validation)
     if validation and (args.method != "svi" or args.polish):
@@ -186,7 +190,7 @@ def run(args) -> int:
             dense_mass=args.dense_mass,
             init=init,
             metric=args.metric,
-            target_accept=args.target_accept,
+            target_accept="auto" if args.target_accept is None else args.target_accept,
             progress=progress,
         )
         d = result.diagnostics()

@@ -34,6 +34,8 @@ from inference.result import FitResult, build_idata, trace_sites
 
 EXTRA_FIELDS = ("num_steps", "energy", "accept_prob", "adapt_state.step_size", "potential_energy")
 METRICS = ("auto", "adapt", "laplace", "laplace-adapt", "laplace-slices")
+DEFAULT_TARGET_ACCEPT = 0.8
+"""NUTS's step-size target where the model names none (NumPyro's and Stan's default)."""
 
 
 def _sample_stats(extra: dict, max_tree_depth: int) -> dict[str, np.ndarray]:
@@ -198,7 +200,7 @@ def fit_nuts(
     extend: FitResult | None = None,
     dense_mass: bool = False,
     metric="auto",
-    target_accept: float = 0.8,
+    target_accept: float | str = "auto",
     max_tree_depth: int = 10,
     chain_method: str | None = None,
     num_predictive: int = 200,
@@ -241,6 +243,9 @@ def fit_nuts(
             size is adapted. The Laplace metrics cost d Hessian-vector products (d latent values)
             before sampling.
         target_accept: target acceptance probability of the step-size adaptation, in (0, 1).
+            ``"auto"`` (default): the model's ``nuts_target_accept`` (0.8 when it names none;
+            ``models.identifiable``: 0.95 for Stribeck friction, whose posterior diverges at
+            0.8). A higher target takes smaller steps: fewer divergences, more gradients.
         max_tree_depth: maximum tree depth (at most ``2^depth - 1`` leapfrog steps per draw).
         chain_method: ``"parallel"`` or ``"sequential"``; default parallel when there are enough
             devices.
@@ -262,8 +267,10 @@ def fit_nuts(
     num_chains = check_positive_int("num_chains", num_chains)
     max_tree_depth = check_positive_int("max_tree_depth", max_tree_depth)
     num_predictive = check_positive_int("num_predictive", num_predictive, allow_zero=True)
-    if not 0 < target_accept < 1:
-        raise ValueError(f"target_accept must be in (0, 1), got {target_accept}")
+    if isinstance(target_accept, str) and target_accept == "auto":
+        target_accept = float(getattr(bayes_model, "nuts_target_accept", DEFAULT_TARGET_ACCEPT))
+    if isinstance(target_accept, str) or not 0 < target_accept < 1:
+        raise ValueError(f"target_accept must be 'auto' or in (0, 1), got {target_accept!r}")
     if chain_method is None:
         chain_method = "parallel" if jax.local_device_count() >= num_chains else "sequential"
     if chain_method not in ("parallel", "sequential"):

@@ -121,3 +121,39 @@ def test_an_ensemble_left_with_one_member_is_fitted_again_with_twice_the_members
     assert fit.attrs["settings"]["members"] == 8 and info["members_weighted"] == 1
     assert np.count_nonzero(fit.ensemble_weights()) == 1
     assert not info["converged"] and "1 of 8 members did not fail" in info["reason"]
+
+
+class _DivergingFit:
+    """A NUTS result stand-in whose every run has divergent transitions."""
+
+    idata = {"sample_stats": {"n_steps": np.array([12.0])}}
+
+    @staticmethod
+    def diagnostics():
+        return {"divergences": 3, "rhat_max": 1.001, "ess_bulk_min": 900.0}
+
+
+@pytest.mark.parametrize(("model_target", "targets"), [(0.95, [0.95, 0.9875]), (None, [0.8, 0.95])])
+def test_nuts_after_divergences_runs_again_with_smaller_steps(monkeypatch, model_target, targets):
+    """The first NUTS run takes the model's step-size target (``nuts_target_accept``, 0.8 where
+    it names none); after divergences the next run starts anew with twice the warm-up and a
+    target a quarter closer to 1, and the cell records the target of its last run."""
+    import types
+
+    from analysis import cells
+
+    calls = []
+    monkeypatch.setattr(cells, "model_data", lambda split: split)
+    monkeypatch.setattr(
+        cells, "fit_svi", lambda *a, **k: types.SimpleNamespace(attrs={"convergence": {}})
+    )
+    monkeypatch.setattr(cells, "fit_nuts", lambda bm, md, **k: calls.append(k) or _DivergingFit())
+    bm = types.SimpleNamespace(family=types.SimpleNamespace(learns_kinematics=False))
+    if model_target is not None:
+        bm.nuts_target_accept = model_target
+    settings = dict(SETTINGS, nuts_attempts=2, num_warmup=100)
+    _, info = cells.fit_posterior(bm, "identifiable", None, None, settings, key=0)
+    assert [c["target_accept"] for c in calls] == targets
+    assert [c["num_warmup"] for c in calls] == [100, 200]
+    assert info["attempts"] == 2 and info["target_accept"] == targets[-1]
+    assert not info["converged"] and "3 divergent transitions" in info["reason"]

@@ -263,7 +263,8 @@ def test_bad_metric_raise(problem, metric, init, message):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"target_accept": 1.5}, "target_accept must be in"),
+        ({"target_accept": 1.5}, "target_accept must be 'auto' or in"),
+        ({"target_accept": "high"}, "target_accept must be 'auto' or in"),
         ({"num_chains": 0}, "num_chains must be > 0"),
         ({"num_samples": 2.5}, "num_samples must be an integer"),
         ({"chain_method": "vectorized"}, "unknown chain_method"),

@@ -438,7 +438,7 @@ def test_completion_where_rejection_fails(system, prior):
 
 
 @pytest.mark.slow  # compiles a Stribeck NUTS run (130 s on the loaded shared machine)
-def test_fit_nuts_auto_metric_follows_the_model():
+def test_fit_nuts_auto_metric_and_target_follow_the_model():
     # Stribeck: dense metric adapted in Laplace-whitened coordinates; the rest: Laplace metric
     robot = bn.get_system("cartpole")
     strib = identifiable_model(build_model("diffnea/stribeck/informative", robot), moment_draws=500)
@@ -447,6 +447,9 @@ def test_fit_nuts_auto_metric_follows_the_model():
     assert weak.nuts_metric == "laplace-adapt"
     viscous = identifiable_model(build_model("diffnea/viscous/weak", robot), moment_draws=500)
     assert viscous.nuts_metric == "laplace"
+    # and the step-size target: smaller steps for Stribeck's walls
+    assert strib.nuts_target_accept == weak.nuts_target_accept == 0.95
+    assert viscous.nuts_target_accept == 0.8
     q, qd, qdd = bn.sample_states(robot, 7, 20)
     data = strib.prepare(ModelData(q, qd, qdd, jnp.zeros_like(q)))
     fit = fit_nuts(
@@ -464,3 +467,4 @@ def test_fit_nuts_auto_metric_follows_the_model():
     assert (
         fit.attrs["settings"]["metric"] == "laplace-adapt" and fit.attrs["settings"]["dense_mass"]
     )
+    assert fit.attrs["settings"]["target_accept"] == 0.95
