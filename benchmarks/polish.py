@@ -9,9 +9,8 @@ NumPyro's unconstrained space, with the same energy, gradient and dense Hessian 
   (More-Sorensen and GLTR trust-region subproblems), ``gtol`` 1e-6 on the gradient norm, at
   most the polish's iteration limit.
 
-Prints per cell and method: wall time (the second of two runs: the Hessian program is shared;
-``polish_map`` compiles its energy and gradient programs again on every call, so its time
-includes those compiles),
+Prints per cell and method: wall time (the second of two runs: every program is compiled by
+then, ``polish_map``'s shared per model object),
 iterations, Hessian evaluations, end energy, gradient norm, Newton decrement where the Hessian
 is positive definite, and its smallest eigenvalue.
 

@@ -113,14 +113,19 @@ def potential_hessian(bayes_model, data, unconstrained: dict, *, batch_size: int
     are not arrays, get a program of their own.
     """
     batch_size = max(1, min(batch_size, int(ravel_pytree(unconstrained)[0].shape[0])))
-    try:
-        hash(bayes_model)
-        arrays = all(isinstance(x, (jax.Array, np.ndarray)) for x in jax.tree.leaves(data))
-    except TypeError:
-        arrays = False
-    if arrays:
+    if shareable(bayes_model, data):
         return _shared_hessian(bayes_model, data, unconstrained, batch_size)
     return jax.jit(lambda z: _hessian(bayes_model, data, z, batch_size))(unconstrained)
+
+
+def shareable(bayes_model, data) -> bool:
+    """Whether programs of ``bayes_model`` can be compiled once and shared across calls: the
+    model hashes (a static argument of ``jax.jit``) and the data are arrays (a traced argument)."""
+    try:
+        hash(bayes_model)
+    except TypeError:
+        return False
+    return all(isinstance(x, (jax.Array, np.ndarray)) for x in jax.tree.leaves(data))
 
 
 def hessian_columns(grad, x: jax.Array, batch_size: int) -> jax.Array:

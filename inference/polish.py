@@ -23,6 +23,7 @@ coordinates (``models.identifiable``: tens of values) and other small models.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -31,7 +32,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
-from inference.laplace import hessian_columns, potential_hessian
+from inference.laplace import hessian_columns, potential_hessian, shareable
 
 
 class MapReport(NamedTuple):
@@ -165,6 +166,60 @@ def _end_report(H, g, energy: float, iterations: int, gtol: float, eps: float) -
     )
 
 
+def _energy(bayes_model, x, data, template: dict, held: dict):
+    """``-log p`` at the flat unconstrained ``x`` of the sites in ``template`` (their values
+    give only the shapes of ``ravel_pytree``'s order), the other sites at ``held``."""
+    return potential_energy(
+        bayes_model.model, (data,), {}, {**held, **ravel_pytree(template)[1](x)}
+    )
+
+
+def _batched(fn):
+    """``fn(bayes_model, x, data, template, held)`` vmapped over the leading axis of ``x``,
+    ``data`` and ``held``."""
+
+    def batched(bayes_model, x, data, template, held):
+        return jax.vmap(lambda xi, d, h: fn(bayes_model, xi, d, template, h))(x, data, held)
+
+    return batched
+
+
+def _batched_hessian(bayes_model, x, data, template, held, batch_size: int):
+    """The energy's Hessian (R, d, d) per replicate (:func:`hessian_columns`)."""
+
+    def one(xi, d, h):
+        grad = jax.grad(lambda y: _energy(bayes_model, y, d, template, h))
+        return hessian_columns(grad, xi, batch_size)
+
+    return jax.vmap(one)(x, data, held)
+
+
+_value_and_grad = jax.value_and_grad(_energy, argnums=1)
+# name: (function of (bayes_model, x, data, template, held[, batch_size]), static arguments)
+_PROGRAMS = {
+    "energy": (_energy, (0,)),
+    "value_and_grad": (_value_and_grad, (0,)),
+    "batched_energy": (_batched(_energy), (0,)),
+    "batched_value_and_grad": (_batched(_value_and_grad), (0,)),
+    "batched_hessian": (_batched_hessian, (0, 5)),
+}
+# Compiled once per model object and shapes and shared by every call (the data, the point's
+# template and the held sites are arguments): polishing the same model again (fit_svi's polish,
+# restarts, an ensemble's noise sites) traces and compiles nothing new
+_SHARED = {k: jax.jit(f, static_argnums=a) for k, (f, a) in _PROGRAMS.items()}
+
+
+def _programs(bayes_model, data) -> dict:
+    """The polish's jitted programs for ``bayes_model``, called without it: the shared ones, or
+    (a model that does not hash, data that are not arrays) programs of this call's own."""
+    if shareable(bayes_model, data):
+        return {k: functools.partial(f, bayes_model) for k, f in _SHARED.items()}
+    return {
+        k: jax.jit(functools.partial(f, bayes_model), static_argnums=tuple(i - 1 for i in a[1:]))
+        for k, (f, a) in _PROGRAMS.items()
+    }
+
+
 def polish_map(
     bayes_model,
     data,
@@ -200,17 +255,13 @@ def polish_map(
     unconstrained = unconstrain_fn(bayes_model.model, (data,), {}, point)
     x0, unravel = ravel_pytree(unconstrained)
 
-    def energy_of(x, d):  # the data as an argument: no constants, one program per shape
-        return potential_energy(bayes_model.model, (d,), {}, unravel(x))
-
-    value_and_grad_of = jax.jit(jax.value_and_grad(energy_of))
-    energy_fn = jax.jit(energy_of)
+    programs = _programs(bayes_model, data)
 
     def value_and_grad(x):
-        return value_and_grad_of(x, data)
+        return programs["value_and_grad"](x, data, unconstrained, {})
 
     def f_energy(x):
-        return energy_fn(x, data)
+        return programs["energy"](x, data, unconstrained, {})
 
     def hessian(x):  # the program laplace_inverse_mass compiles too: compiled once for both
         return potential_hessian(bayes_model, data, unravel(x), batch_size=batch_size)
@@ -304,16 +355,17 @@ def polish_map_batched(
     _, unravel = ravel_pytree(first)
     x0 = jax.vmap(lambda u: ravel_pytree(u)[0])({k: unconstrained[k] for k in moving})
 
-    def energy(x, d, h):
-        return potential_energy(model, (d,), {}, {**h, **unravel(x)})
+    programs = _programs(bayes_model, data)
+    batch_size = max(1, min(batch_size, int(x0.shape[1])))
 
-    value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(energy)))
-    f_energy = jax.jit(jax.vmap(energy))
-    hessian = jax.jit(
-        jax.vmap(
-            lambda x, d, h: hessian_columns(jax.grad(lambda y: energy(y, d, h)), x, batch_size)
-        )
-    )
+    def value_and_grad(x, d, h):
+        return programs["batched_value_and_grad"](x, d, first, h)
+
+    def f_energy(x, d, h):
+        return programs["batched_energy"](x, d, first, h)
+
+    def hessian(x, d, h):
+        return programs["batched_hessian"](x, d, first, h, batch_size)
     dtype = x0.dtype
     eps = float(jnp.finfo(dtype).eps)
     x = np.array(x0, np.float64)

@@ -45,3 +45,37 @@ def test_batched_polish_leaves_a_saddle_per_replicate():
     np.testing.assert_allclose(np.abs(x), np.tile([MODE, 0.0], (3, 1)), atol=1e-6)
     # from off-ridge starts Newton descends to the well on the start's side
     assert x[1, 0] > 0 and x[2, 0] < 0
+
+
+def test_polishing_the_same_model_again_compiles_nothing(monkeypatch):
+    """The polish's energy, gradient and Hessian programs are compiled once per model object and
+    shapes: a second polish of the same model from another start (fit_svi's restarts, an
+    ensemble's members) compiles no program; a model that does not hash still polishes."""
+    import jax
+
+    compiled = []
+
+    def count(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(duration)
+
+    well = DoubleWell()
+    polish_map(well, jnp.zeros(()), {"x": jnp.array([0.3, 0.1])})
+    polish_map_batched(well, jnp.zeros(2), {"x": jnp.array([[0.3, 0.1], [-0.4, 0.2]])})
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        point, report = polish_map(well, jnp.zeros(()), {"x": jnp.array([-0.7, 0.4])})
+        points, _ = polish_map_batched(
+            well, jnp.zeros(2), {"x": jnp.array([[0.6, -0.3], [-0.2, 0.5]])}
+        )
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
+    assert compiled == []
+    assert report.converged and np.asarray(point["x"])[0] == pytest.approx(-MODE, abs=1e-6)
+    assert np.asarray(points["x"])[:, 0] == pytest.approx([MODE, -MODE], abs=1e-6)
+
+    class Unhashable(DoubleWell):
+        __hash__ = None
+
+    point, report = polish_map(Unhashable(), jnp.zeros(()), {"x": jnp.array([0.3, 0.1])})
+    assert report.converged and np.asarray(point["x"])[0] == pytest.approx(MODE, abs=1e-6)
