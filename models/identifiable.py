@@ -413,8 +413,8 @@ class IdentifiableModel:
         Stribeck friction, 0.8 otherwise. The Stribeck posterior has a wall where the data start
         to see a coefficient (in log coordinates its curvature grows like the coefficient
         squared) and a bump narrower than the data's velocities resolve; at 0.8 NUTS diverged in
-        2-5 of 12 runs of 5,000 states, at 0.95 in none, for 1.3-2x the leapfrog steps
-        (docs/inference-geometry.md)."""
+        2-5 of 12 runs of 5,000 states, at 0.95 in none, for about 1.4x the leapfrog steps
+        (0.8-2.6x per run; docs/inference-geometry.md)."""
         return 0.95 if self.source.spec.actuator == "stribeck" else 0.8
 
     @property
