@@ -87,7 +87,7 @@ from analysis.rollouts import (
 from data import generate_dataset
 from data.simulate import DEFAULT_RATE_HZ, MEASUREMENT_NOISE
 from inference import fit_laplace, fit_nuts, fit_svi
-from inference.nuts import DEFAULT_TARGET_ACCEPT
+from inference.nuts import model_target_accept
 from models import build_model, data_scales, model_data, nominal_torque_residual
 from models.identifiable import identifiable_where_possible
 
@@ -369,7 +369,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
         **common,
     )
     fit = None
-    target = float(getattr(bm, "nuts_target_accept", DEFAULT_TARGET_ACCEPT))
+    target = model_target_accept(bm)
     for attempt in range(max(1, int(settings.get("nuts_attempts", 2)))):
         if fit is not None and not info["divergences"]:
             # no divergence, only R-hat / ESS short: more draws of the same chains (R-hat's

@@ -432,7 +432,8 @@ def write_report(
         f"NUTS up to {settings.get('nuts_attempts')} runs (its chains extended by as many "
         "draws again where only R-hat or ESS fell short, re-run with twice the warm-up, a "
         "step-size target a quarter closer to 1 and a new key after divergences; the first run "
-        "at the model's target: 0.95 for Stribeck friction, else 0.8); an ensemble with fewer than two members left fitted "
+        "at the model's target: 0.95 for Stribeck friction, else 0.8); an ensemble with fewer "
+        "than two members left fitted "
         f"once more with twice the members (up to {ENSEMBLE_ATTEMPTS} fits); a Laplace fit "
         "once.",
         "",

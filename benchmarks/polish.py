@@ -40,14 +40,14 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
-from numpyro.infer.util import potential_energy, unconstrain_fn  # noqa: E402
+from numpyro.infer.util import unconstrain_fn  # noqa: E402
 from scipy.optimize import minimize  # noqa: E402
 
 from analysis.cells import _data_key, cell_data, cell_seed, grid_scales  # noqa: E402
 from inference import fit_svi  # noqa: E402
 from inference._common import point_values  # noqa: E402
 from inference.laplace import potential_hessian  # noqa: E402
-from inference.polish import _end_report, polish_map  # noqa: E402
+from inference.polish import _SHARED, _end_report, polish_map  # noqa: E402
 from inference.result import trace_sites  # noqa: E402
 from models import build_model, model_data  # noqa: E402
 from models.identifiable import identifiable_where_possible  # noqa: E402
@@ -84,16 +84,12 @@ def cell_problem(name: str):
 
 
 def run_methods(model, data, point, max_iter: int) -> list[dict]:
-    x0, unravel = ravel_pytree(unconstrain_fn(model.model, (data,), {}, point))
-
-    def energy_of(x, d):
-        return potential_energy(model.model, (d,), {}, unravel(x))
-
-    value_and_grad = jax.jit(jax.value_and_grad(energy_of))
+    unconstrained = unconstrain_fn(model.model, (data,), {}, point)
+    x0, unravel = ravel_pytree(unconstrained)
     counts = {"hessians": 0}
 
-    def fun(x):
-        e, g = value_and_grad(jnp.asarray(x), data)
+    def fun(x):  # polish_map's own (shared) energy-and-gradient program
+        e, g = _SHARED["value_and_grad"](model, jnp.asarray(x), data, unconstrained, {})
         return float(e), np.asarray(g, np.float64)
 
     def hess(x):

@@ -38,6 +38,12 @@ DEFAULT_TARGET_ACCEPT = 0.8
 """NUTS's step-size target where the model names none (NumPyro's and Stan's default)."""
 
 
+def model_target_accept(bayes_model) -> float:
+    """The step-size target ``fit_nuts(target_accept="auto")`` uses: the model's
+    ``nuts_target_accept``, or :data:`DEFAULT_TARGET_ACCEPT` where it names none."""
+    return float(getattr(bayes_model, "nuts_target_accept", DEFAULT_TARGET_ACCEPT))
+
+
 def _sample_stats(extra: dict, max_tree_depth: int) -> dict[str, np.ndarray]:
     """NumPyro's extra fields (C, D) as ArviZ sample statistics."""
     n_steps = np.asarray(extra["num_steps"])
@@ -268,7 +274,7 @@ def fit_nuts(
     max_tree_depth = check_positive_int("max_tree_depth", max_tree_depth)
     num_predictive = check_positive_int("num_predictive", num_predictive, allow_zero=True)
     if isinstance(target_accept, str) and target_accept == "auto":
-        target_accept = float(getattr(bayes_model, "nuts_target_accept", DEFAULT_TARGET_ACCEPT))
+        target_accept = model_target_accept(bayes_model)
     if isinstance(target_accept, str) or not 0 < target_accept < 1:
         raise ValueError(f"target_accept must be 'auto' or in (0, 1), got {target_accept!r}")
     if chain_method is None:
