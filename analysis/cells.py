@@ -371,13 +371,15 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
     fit = None
     target = model_target_accept(bm)
     for attempt in range(max(1, int(settings.get("nuts_attempts", 2)))):
-        if fit is not None and not info["divergences"]:
+        extendable = fit is not None and fit.attrs["settings"]["metric"] != "laplace-curved"
+        if extendable and not info["divergences"]:
             # no divergence, only R-hat / ESS short: more draws of the same chains (R-hat's
             # sampling noise over tens of sites exceeds 1.01 at a few hundred draws)
             fit = fit_nuts(bm, md, key=key + 1 + attempt, extend=fit, **nuts_args)
             info["extended"] += 1
         else:  # a first run, or divergences: a new start, longer warm-up, smaller steps
-            if fit is not None:
+            # (a run in the curved map's coordinates cannot be extended: it is re-run)
+            if fit is not None and info["divergences"]:
                 target = next_target_accept(target)
             fit = fit_nuts(
                 bm,

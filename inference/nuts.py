@@ -19,7 +19,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer import MCMC, NUTS
 from numpyro.infer.initialization import init_to_mean
-from numpyro.infer.util import potential_energy, unconstrain_fn
+from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
 from inference._common import (
     base_attrs,
@@ -29,11 +29,12 @@ from inference._common import (
 )
 from inference._state import state_from_dataset, state_to_dataset
 from inference._validate import check_positive_int, fit_inputs
+from inference.curved import CurvedLaplaceMap, fit_curved_map
 from inference.laplace import laplace_inverse_mass
 from inference.result import FitResult, build_idata, trace_sites
 
 EXTRA_FIELDS = ("num_steps", "energy", "accept_prob", "adapt_state.step_size", "potential_energy")
-METRICS = ("auto", "adapt", "laplace", "laplace-adapt", "laplace-slices")
+METRICS = ("auto", "adapt", "laplace", "laplace-adapt", "laplace-slices", "laplace-curved")
 DEFAULT_TARGET_ACCEPT = 0.8
 """NUTS's step-size target where the model names none (NumPyro's and Stan's default)."""
 
@@ -102,6 +103,17 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
             point = point_values(init, latent)
         else:
             point = {k: jnp.asarray(init[k]) for k in latent}
+        if metric == "laplace-curved":
+            curved, record = fit_curved_map(bayes_model, data, point)
+            if not np.all(np.isfinite(curved.axes)):
+                warnings.warn(
+                    "the Hessian of the log joint at init is not finite; NUTS adapts a dense "
+                    "metric instead of the curved Laplace map",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                return None, "adapt"
+            return (curved, record), metric
         inverse_mass = np.asarray(
             laplace_inverse_mass(bayes_model, data, point, slices=metric == "laplace-slices")
         )
@@ -194,6 +206,64 @@ def _whitened_warmup(
     return 0.5 * (metric_z + metric_z.T), ends
 
 
+def _run_curved(
+    bayes_model,
+    data,
+    curved: CurvedLaplaceMap,
+    init_params,
+    *,
+    run_key,
+    num_warmup: int,
+    num_samples: int,
+    num_chains: int,
+    settings: dict,
+    progress: bool,
+):
+    """NUTS in the coordinates ``s`` of ``curved`` (:mod:`inference.curved`), a diagonal metric
+    adapted from the unit one (Stan's windows; where the map misses a width, e.g. the tails of a
+    bend it fits only to second order): ``(samples {latent site: (chains, draws, ...)} constrained, sample
+    stats, last state)``. Chains start at the map's preimage of ``init_params``."""
+    chains = init_params if num_chains > 1 else jax.tree.map(lambda x: x[None], init_params)
+    flat = jax.vmap(lambda p: ravel_pytree(p)[0])(chains)  # (C, d)
+    unravel = ravel_pytree(jax.tree.map(lambda x: x[0], chains))[1]
+    s0 = jnp.asarray(curved.inverse(np.asarray(flat)), flat.dtype)
+
+    def potential(s):
+        z, log_jac = curved.forward(s)
+        return potential_energy(bayes_model.model, (data,), {}, unravel(z)) - log_jac
+
+    kernel = NUTS(
+        potential_fn=potential,
+        target_accept_prob=settings["target_accept"],
+        max_tree_depth=settings["max_tree_depth"],
+    )
+    mcmc = MCMC(
+        kernel,
+        num_warmup=num_warmup,
+        num_samples=num_samples,
+        num_chains=num_chains,
+        chain_method=settings["chain_method"],
+        progress_bar=progress,
+    )
+    mcmc.run(run_key, extra_fields=EXTRA_FIELDS, init_params=s0 if num_chains > 1 else s0[0])
+    s = jnp.reshape(mcmc.get_samples(group_by_chain=True), (num_chains, num_samples, -1))
+
+    @jax.jit
+    def constrained(s):
+        return jax.vmap(
+            lambda x: constrain_fn(bayes_model.model, (data,), {}, unravel(curved.forward(x)[0]))
+        )(s)
+
+    samples = jax.vmap(constrained)(s)
+    jax.block_until_ready(samples)
+    samples = {k: np.asarray(v) for k, v in samples.items()}
+    stats = _sample_stats(mcmc.get_extra_fields(group_by_chain=True), settings["max_tree_depth"])
+    last_state = mcmc.last_state
+    if num_chains == 1:
+        last_state = jax.tree.map(lambda x: x[None], last_state)
+    return samples, stats, last_state
+
+
 def fit_nuts(
     bayes_model,
     data,
@@ -243,7 +313,12 @@ def fit_nuts(
             whose spread the MAP's curvature misses (docs/inference-geometry.md).
             ``"laplace-slices"``: the Laplace metric with the variance of each of its axes
             that the log joint shows to be far from Gaussian taken from the fitted slice
-            (``laplace_inverse_mass(slices=True)``; learned placements). An array: that
+            (``laplace_inverse_mass(slices=True)``). ``"laplace-curved"``: NUTS in the
+            coordinates of :class:`inference.curved.CurvedLaplaceMap` fitted at ``init``
+            (the Laplace axes bent onto the ridge to third order, the fourth-order axes'
+            tails mapped to Gaussian ones; a diagonal metric adapted there): for posteriors
+            that bend away from the MAP (learned placements: ``nokin-diffnea``'s default).
+            Such a run cannot be ``extend``-ed. An array: that
             fixed inverse mass matrix, (d,) diagonal or (d, d) dense, over the latent sites
             flattened in NumPyro's order (sorted site names). With a fixed metric only the step
             size is adapted. The Laplace metrics cost d Hessian-vector products (d latent values)
@@ -294,9 +369,13 @@ def fit_nuts(
     k_run, k_pred = jax.random.split(key)
     latent, _ = trace_sites(bayes_model, data)
     fixed_metric, metric_name = None, "adapt"
+    curved = curved_record = None
     if extend is None:
         fixed_metric, metric_name = _fixed_metric(bayes_model, data, metric, init, latent)
-        if metric_name != "adapt":
+        if metric_name == "laplace-curved":
+            (curved, curved_record), fixed_metric = fixed_metric, None
+            dense_mass = False
+        elif metric_name != "adapt":
             dense_mass = fixed_metric.ndim == 2
     settings = {
         "num_warmup": num_warmup,
@@ -317,6 +396,11 @@ def fit_nuts(
         if old["num_chains"] != num_chains:
             raise ValueError(
                 f"extend: result has {old['num_chains']} chains, asked for {num_chains}"
+            )
+        if old.get("metric") == "laplace-curved":
+            raise ValueError(
+                "extend: a NUTS run with metric='laplace-curved' samples in the coordinates of "
+                "its own map and cannot be continued; run fit_nuts again with more draws"
             )
         for k in ("dense_mass", "target_accept", "max_tree_depth"):
             settings[k] = old[k]
@@ -349,6 +433,26 @@ def fit_nuts(
             target_accept=settings["target_accept"],
             max_tree_depth=settings["max_tree_depth"],
             progress=progress,
+        )
+    if curved is not None:
+        settings["curved_map"] = curved_record
+        samples, stats, last_state = _run_curved(
+            bayes_model,
+            data,
+            curved,
+            init_params,
+            run_key=k_run,
+            num_warmup=run_warmup,
+            num_samples=num_samples,
+            num_chains=num_chains,
+            settings=settings,
+            progress=progress,
+        )
+        wall_s = time.perf_counter() - t0
+        return _nuts_result(
+            bayes_model, observations, samples, stats, last_state, settings, wall_s,
+            seed=seed, summary=summary, key=k_pred, num_predictive=num_predictive,
+            log_likelihood=log_likelihood,
         )
     metric_options = {}
     if fixed_metric is not None:
@@ -395,6 +499,19 @@ def fit_nuts(
         }
         settings["num_samples"] = int(next(iter(samples.values())).shape[1])
         wall_s += float(previous.attrs["timing"]["wall_s"])
+    return _nuts_result(
+        bayes_model, observations, samples, stats, last_state, settings, wall_s,
+        seed=seed, summary=summary, key=k_pred, num_predictive=num_predictive,
+        log_likelihood=log_likelihood,
+    )
+
+
+def _nuts_result(
+    bayes_model, observations, samples, stats, last_state, settings, wall_s, *, seed, summary,
+    key, num_predictive, log_likelihood,
+) -> FitResult:
+    """The :class:`FitResult` of a NUTS run: ``samples`` {latent site: (chains, draws, ...)}
+    (constrained), ``stats`` (:func:`_sample_stats`), the chains' last state."""
     attrs = base_attrs(bayes_model, observations, method="nuts", seed=seed, summary=summary)
     attrs.update(settings=settings, timing={"wall_s": wall_s})
     extra = {"nuts_state": state_to_dataset(last_state, kind="nuts")}
@@ -402,7 +519,7 @@ def fit_nuts(
         bayes_model,
         observations,
         samples,
-        key=k_pred,
+        key=key,
         sample_stats=stats,
         num_predictive=num_predictive,
         compute_log_likelihood=log_likelihood,

@@ -127,10 +127,21 @@ class _DivergingFit:
     """A NUTS result stand-in whose every run has divergent transitions."""
 
     idata = {"sample_stats": {"n_steps": np.array([12.0])}}
+    attrs = {"settings": {"metric": "laplace"}}
 
     @staticmethod
     def diagnostics():
         return {"divergences": 3, "rhat_max": 1.001, "ess_bulk_min": 900.0}
+
+
+class _CurvedShortFit(_DivergingFit):
+    """A stand-in run in the curved map's coordinates (not extendable), R-hat short only."""
+
+    attrs = {"settings": {"metric": "laplace-curved"}}
+
+    @staticmethod
+    def diagnostics():
+        return {"divergences": 0, "rhat_max": 1.05, "ess_bulk_min": 900.0}
 
 
 @pytest.mark.parametrize(("model_target", "targets"), [(0.95, [0.95, 0.9875]), (None, [0.8, 0.95])])
@@ -157,3 +168,29 @@ def test_nuts_after_divergences_runs_again_with_smaller_steps(monkeypatch, model
     assert [c["num_warmup"] for c in calls] == [100, 200]
     assert info["attempts"] == 2 and info["target_accept"] == targets[-1]
     assert not info["converged"] and "3 divergent transitions" in info["reason"]
+
+
+def test_a_curved_nuts_run_short_of_r_hat_runs_again_instead_of_extending(monkeypatch):
+    """A run that cannot be extended (``metric="laplace-curved"``) and fell short on R-hat only
+    runs again from the MAP with twice the warm-up at the same step-size target."""
+    import types
+
+    from analysis import cells
+
+    calls = []
+    monkeypatch.setattr(cells, "model_data", lambda split: split)
+    monkeypatch.setattr(
+        cells, "fit_svi", lambda *a, **k: types.SimpleNamespace(attrs={"convergence": {}})
+    )
+    monkeypatch.setattr(
+        cells, "fit_nuts", lambda bm, md, **k: calls.append(k) or _CurvedShortFit()
+    )
+    bm = types.SimpleNamespace(
+        family=types.SimpleNamespace(learns_kinematics=False), nuts_target_accept=0.95
+    )
+    settings = dict(SETTINGS, nuts_attempts=2, num_warmup=100)
+    _, info = cells.fit_posterior(bm, "identifiable", None, None, settings, key=0)
+    assert all("extend" not in c for c in calls) and info["extended"] == 0
+    assert [c["target_accept"] for c in calls] == [0.95, 0.95]
+    assert [c["num_warmup"] for c in calls] == [100, 200]
+    assert not info["converged"] and "R-hat" in info["reason"]

@@ -123,6 +123,8 @@ def test_nuts_recovers_base_parameters_and_placements_of_simulated_data(model):
         num_predictive=0,
         log_likelihood=False,
     )
+    settings = fit.attrs["settings"]  # the model's defaults: NUTS in the curved Laplace map
+    assert settings["metric"] == "laplace-curved" and settings["target_accept"] == 0.95
     d = fit.diagnostics()
     assert d["divergences"] == 0
     assert d["rhat_max"] < 1.05
