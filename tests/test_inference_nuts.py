@@ -560,7 +560,7 @@ def test_curved_map_follows_a_bent_ridge(banana):
         assert float(log_jac) == pytest.approx(expected, abs=1e-8)
 
 
-def test_nuts_in_the_curved_map_samples_a_banana(banana):
+def test_nuts_in_the_curved_map_samples_a_banana(banana, problem):
     """``fit_nuts(metric="laplace-curved")`` on the banana: no divergences, and the draws'
     moments of (y, x) match quadrature of the exact density within Monte Carlo error; the
     other sites keep the closed-form posterior's spread. ``extend`` refuses such a run."""
@@ -589,6 +589,9 @@ def test_nuts_in_the_curved_map_samples_a_banana(banana):
     for name, draws in (("y2", v[..., 0] ** 2), ("x", v[..., 1]), ("x2", v[..., 1] ** 2)):
         se = float(np.std(draws)) / np.sqrt(float(effective_sample_size(draws[..., None])[0]))
         assert abs(float(np.mean(draws)) - ref[name]) < 4 * se, (name, np.mean(draws), ref[name])
+    b = problem[0].n_base
+    beta = np.asarray(fit.posterior_samples()["beta"])
+    np.testing.assert_allclose(np.std(beta, axis=0), np.sqrt(np.diag(problem[3]))[:b], rtol=0.12)
     with pytest.raises(ValueError, match="laplace-curved"):
         fit_nuts(model, data, key=2, extend=fit, num_samples=10, progress=False)
 
