@@ -267,6 +267,7 @@ def fit_laplace(
         from inference.curved import fit_curved_map
 
         curved, laplace["curved_map"] = fit_curved_map(bayes_model, data, point)
+        laplace["nonquadratic_axes"] = len(laplace["curved_map"].get("quartic", []))
         s = jax.random.normal(k_draw, (total, flat.shape[0]), flat.dtype)
         z, log_jac = jax.jit(jax.vmap(curved.forward))(s)
         # q(z) = N(s) / |dz/ds|, up to the constant log |det P|
