@@ -190,7 +190,7 @@ def fit_curved_map(bayes_model, data, point: dict) -> tuple[CurvedLaplaceMap, di
     moves = np.abs(T_kk) * 0.5 * (tau**2)[None, :]
     np.fill_diagonal(moves, 0.0)
     strength = moves.max(axis=0)
-    strength[quartic] = np.maximum(strength[quartic], np.inf)
+    strength[quartic] = np.inf  # the fourth-order axes bend first
     candidates = np.flatnonzero(strength >= BEND_THRESHOLD)
     candidates = candidates[np.argsort(-strength[candidates])][:MAX_BENDING_AXES]
     m = candidates.size

@@ -219,10 +219,11 @@ def _run_curved(
     settings: dict,
     progress: bool,
 ):
-    """NUTS in the coordinates ``s`` of ``curved`` (:mod:`inference.curved`), a diagonal metric
-    adapted from the unit one (Stan's windows; where the map misses a width, e.g. the tails of a
-    bend it fits only to second order): ``(samples {latent site: (chains, draws, ...)} constrained, sample
-    stats, last state)``. Chains start at the map's preimage of ``init_params``."""
+    """NUTS in the coordinates ``s`` of ``curved`` (:mod:`inference.curved`) with a diagonal
+    metric adapted from the unit one (Stan's windows: where the map misses a width, e.g. beyond
+    the third order it fits): ``(samples {latent site: (chains, draws, ...)} constrained,
+    sample stats, last state)``. Chains start at the map's preimage of ``init_params``; the
+    stats' ``lp`` is the log density in ``s`` (the map's log-Jacobian included)."""
     chains = init_params if num_chains > 1 else jax.tree.map(lambda x: x[None], init_params)
     flat = jax.vmap(lambda p: ravel_pytree(p)[0])(chains)  # (C, d)
     unravel = ravel_pytree(jax.tree.map(lambda x: x[0], chains))[1]
