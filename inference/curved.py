@@ -131,7 +131,9 @@ def _order(bend: np.ndarray) -> np.ndarray:
     return np.asarray(order, int)
 
 
-def fit_curved_map(bayes_model, data, point: dict) -> tuple[CurvedLaplaceMap, dict]:
+def fit_curved_map(
+    bayes_model, data, point: dict, *, hessian: np.ndarray | None = None
+) -> tuple[CurvedLaplaceMap, dict]:
     """The :class:`CurvedLaplaceMap` of ``bayes_model``'s posterior at ``point`` (constrained
     ``{latent site: value}``, a MAP): the Laplace axes, the bending and fourth-order axes, the
     quadratic map and the tails (module docstring). Costs the Hessian (d Hessian-vector
@@ -160,7 +162,9 @@ def fit_curved_map(bayes_model, data, point: dict) -> tuple[CurvedLaplaceMap, di
     centre = np.asarray(flat, np.float64)
     a, b = np.full(d, 0.5), np.zeros(d)
     empty = np.zeros(0, int)
-    H = np.asarray(potential_hessian(bayes_model, data, unconstrained), np.float64)
+    if hessian is None:  # the caller's, where it has one (fit_laplace)
+        hessian = potential_hessian(bayes_model, data, unconstrained)
+    H = np.asarray(hessian, np.float64)
     if not np.all(np.isfinite(H)):
         nan = np.full((d, d), np.nan)
         return CurvedLaplaceMap(centre, nan, empty, np.zeros((d, 0, 0)), a, b, empty), {}

@@ -266,7 +266,7 @@ def fit_laplace(
     elif proposal == "curved":
         from inference.curved import fit_curved_map
 
-        curved, laplace["curved_map"] = fit_curved_map(bayes_model, data, point)
+        curved, laplace["curved_map"] = fit_curved_map(bayes_model, data, point, hessian=H)
         laplace["nonquadratic_axes"] = len(laplace["curved_map"].get("quartic", []))
         s = jax.random.normal(k_draw, (total, flat.shape[0]), flat.dtype)
         z, log_jac = jax.jit(jax.vmap(curved.forward))(s)
