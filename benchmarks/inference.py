@@ -170,6 +170,7 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
             metric=args.metric or "auto",
             dense_mass=args.metric == "adapt",
             target_accept=args.target_accept or "auto",
+            max_tree_depth=args.max_tree_depth,
             progress=False,
             num_predictive=0,
             log_likelihood=False,
@@ -195,6 +196,7 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
                 "nuts_wall_s": fit.attrs["timing"]["wall_s"],
                 "total_s": total,
                 "leapfrog_per_draw": float(fit.idata["sample_stats"]["n_steps"].mean()),
+                "max_depth_hit": float(fit.idata["sample_stats"]["reached_max_tree_depth"].mean()),
                 "rhat_max": d["rhat_max"],
                 "ess_bulk_min": d["ess_bulk_min"],
                 "divergences": d["divergences"],
@@ -226,7 +228,9 @@ def print_identifiable(rows, args) -> None:
     print(
         f"identifiable geometry (models.identifiable), forward likelihood, {args.samples} "
         f"uniform samples, efforts '{args.efforts}'; Newton MAP, then NUTS 2 chains x "
-        f"({args.warmup} warm-up + {args.draws} draws), metric/target acceptance as listed; "
+        f"({args.warmup} warm-up + {args.draws} draws, tree depth <= {args.max_tree_depth}: "
+        "max_depth_hit = fraction of transitions that reached it), metric/target acceptance as "
+        "listed; "
         "rhat_max/ess_bulk_min over the latent sites, *_identified over base parameters, "
         "coefficients, noise scales and predicted accelerations at 20 held-out states "
         "(rhat_qdd_max: those alone); total = MAP + NUTS incl. compile"
@@ -240,6 +244,7 @@ def print_identifiable(rows, args) -> None:
         ("total_s", "{:.1f}"),
         ("nuts_wall_s", "{:.1f}"),
         ("leapfrog_per_draw", "{:.1f}"),
+        ("max_depth_hit", "{:.3f}"),
         ("rhat_max", "{:.4f}"),
         ("ess_bulk_min", "{:.0f}"),
         ("divergences", "{}"),
@@ -263,9 +268,15 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument(
         "--metric",
-        choices=("laplace", "adapt", "laplace-adapt", "laplace-slices"),
+        choices=("laplace", "adapt", "laplace-adapt", "laplace-slices", "laplace-curved"),
         default=None,
         help="default: laplace; identifiable: the model's nuts_metric (fit_nuts 'auto')",
+    )
+    p.add_argument(
+        "--max-tree-depth",
+        type=int,
+        default=10,
+        help="NUTS tree depth cap (at most 2^depth - 1 leapfrog steps per draw; default 10)",
     )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--precision", choices=("float64", "float32", "both"), default="both")
