@@ -68,6 +68,7 @@ def run_once(args) -> dict:
         init=svi,
         metric=args.metric,
         dense_mass=args.metric == "adapt",
+        max_tree_depth=args.max_tree_depth,
         progress=False,
         num_predictive=0,
         log_likelihood=False,
