@@ -225,9 +225,10 @@ def _run_curved(
 ):
     """NUTS in the coordinates ``s`` of ``curved`` (:mod:`inference.curved`) with a diagonal
     metric adapted from the unit one where the warm-up has :data:`CURVED_ADAPT_MIN_WARMUP` steps
-    (Stan's windows: where the map misses a width, e.g. beyond the third order it fits): ``(samples {latent site: (chains, draws, ...)} constrained,
-    sample stats, last state)``. Chains start at the map's preimage of ``init_params``; the
-    stats' ``lp`` is the log density in ``s`` (the map's log-Jacobian included)."""
+    (Stan's windows: where the map misses a width, e.g. beyond the third order it fits).
+    Returns ``(samples {latent site: (chains, draws, ...)} constrained, sample stats, last
+    state)``. Chains start at the map's preimage of ``init_params``; the stats' ``lp`` is the
+    log density in ``s`` (the map's log-Jacobian included)."""
     chains = init_params if num_chains > 1 else jax.tree.map(lambda x: x[None], init_params)
     flat = jax.vmap(lambda p: ravel_pytree(p)[0])(chains)  # (C, d)
     unravel = ravel_pytree(jax.tree.map(lambda x: x[0], chains))[1]
@@ -323,10 +324,10 @@ def fit_nuts(
             (``laplace_inverse_mass(slices=True)``). ``"laplace-curved"``: NUTS in the
             coordinates of :class:`inference.curved.CurvedLaplaceMap` fitted at ``init``
             (the Laplace axes bent onto the ridge to third order, the fourth-order axes'
-            tails mapped to Gaussian ones; a diagonal metric adapted there from 200 warm-up
-            steps on): for posteriors
-            that bend away from the MAP (learned placements: ``nokin-diffnea``'s default).
-            Such a run cannot be ``extend``-ed. An array: that
+            tails mapped to Gaussian ones; a diagonal metric adapted there from
+            :data:`CURVED_ADAPT_MIN_WARMUP` warm-up steps on): for posteriors that bend away
+            from the MAP (learned placements: ``nokin-diffnea``'s default). Such a run cannot
+            be ``extend``-ed. An array: that
             fixed inverse mass matrix, (d,) diagonal or (d, d) dense, over the latent sites
             flattened in NumPyro's order (sorted site names). With a fixed metric only the step
             size is adapted. The Laplace metrics cost d Hessian-vector products (d latent values)

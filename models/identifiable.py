@@ -760,7 +760,8 @@ class KinematicIdentifiableModel(IdentifiableModel):
         fixed metric follows. Stribeck friction keeps ``"laplace-adapt"``: its funnel is no bend,
         and in the curved coordinates the cart-pole diverged (35 of 2,000 draws against 0;
         docs/inference-geometry.md)."""
-        return "laplace-adapt" if self.source.spec.actuator == "stribeck" else "laplace-curved"
+        fixed_kinematics = super().nuts_metric  # "laplace-adapt" for Stribeck friction
+        return fixed_kinematics if fixed_kinematics == "laplace-adapt" else "laplace-curved"
 
     @property
     def nuts_target_accept(self) -> float:
