@@ -5,7 +5,6 @@ Pinocchio (``pin``), an implementation we did not write, with gravity set explic
 """
 
 import glob
-import json
 import os
 import shutil
 import site
@@ -73,27 +72,6 @@ def pytest_unconfigure(config):
     if own:
         shutil.rmtree(own, ignore_errors=True)
         os.environ.pop(TEST_CACHE_ENV, None)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Test files longest first (by ``tests/durations.json``, written by
-    ``.ci/update_test_durations.py``; an unlisted file counts as the median one), each file's
-    tests in their own order. With ``--dist loadfile --no-loadscope-reorder`` (the README's
-    command) the two workers take files in this order as they free up, so the run does not end
-    on one long file started last (pytest-xdist's own order is by number of tests, which put
-    the few slow command-line and Panda tests at the end)."""
-    path = os.path.join(os.path.dirname(__file__), "durations.json")
-    try:
-        with open(path) as f:
-            seconds = json.load(f)
-    except FileNotFoundError:
-        return
-    default = float(np.median(list(seconds.values()))) if seconds else 0.0
-
-    def cost(item):
-        return -seconds.get(item.nodeid.split("::")[0], default)
-
-    items.sort(key=cost)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(scope="session")
