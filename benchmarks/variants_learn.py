@@ -40,7 +40,7 @@ inertia 35 % light (the model's "informative" prior is centred on that wrong URD
 
     python benchmarks/variants_learn.py [--systems cartpole furuta] [--kinds trajectories
         hardware foreign] [--duration 30] [--episode-duration 5] [--steps 3000] [--variants ...]
-        [--noise normal|student-t]
+        [--noise normal|student-t|student-t-learned]
 """
 
 from __future__ import annotations
@@ -302,10 +302,11 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--noise",
-        choices=("normal", "student-t"),
+        choices=("normal", "student-t", "student-t-learned"),
         default="normal",
         help="observation noise of every model (student-t: 4 degrees of freedom, for recorded "
-        "accelerations with heavy-tailed errors such as filtered differences)",
+        "accelerations with heavy-tailed errors such as filtered differences; student-t-learned: "
+        "the degrees of freedom a latent per joint, student_df=None)",
     )
     p.add_argument(
         "--no-early-stopping",
@@ -343,7 +344,10 @@ def main(argv=None) -> int:
                 print(head)
                 print("|" + " --- |" * (head.count("|") - 1))
                 for variant in args.variants or VARIANTS[kind]:
-                    model = build_model(variant, robot, scales=scales, noise=args.noise)
+                    noise = {"noise": "student-t", "student_df": None} if (
+                        args.noise == "student-t-learned"
+                    ) else {"noise": args.noise}
+                    model = build_model(variant, robot, scales=scales, **noise)
                     identifiable = False
                     if args.white_box_geometry == "identifiable":
                         model, geometry = identifiable_where_possible(model)
@@ -371,6 +375,9 @@ def main(argv=None) -> int:
                     guide = fit.attrs["settings"]["guide"] + (" (base coords)" if identifiable else "")
                     stages = fit.attrs.get("early_stopping") or ()
                     kept = " + ".join(str(st["best_step"]) for st in stages) or "-"
+                    if args.noise == "student-t-learned":  # the draws' median learned df
+                        df = jax.vmap(model.physical)(draws)["df_qdd"]
+                        guide += f", df {fmt(np.median(np.asarray(df), axis=0))}"
                     band = cover = more = "-"
                     if not guide.startswith("delta"):
                         ppc = heldout_ppc(model, fit, test)

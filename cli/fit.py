@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from cli._args import SEED, integer, real
+
+_positive = real(0.0, 1e6, open_low=True)
+
+
+def student_df(text: str) -> float | None:
+    """``--student-df``: a number in (0, 1e6], or ``learned`` (None: the model's latent df)."""
+    if text == "learned":
+        return None
+    try:
+        return _positive(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err} (or 'learned')") from None
+
 
 HELP = "fit a model variant to a dataset (SVI or NUTS) and save the posterior as netCDF"
 
@@ -19,6 +33,13 @@ def add_arguments(parser) -> None:
         "--horizon", type=integer(1, 10**4), default=10, help="rollout likelihood: RK4 steps per window"
     )
     parser.add_argument("--noise", default="normal", help="noise model: normal or student-t")
+    parser.add_argument(
+        "--student-df",
+        type=student_df,
+        default=4.0,
+        help="student-t noise: degrees of freedom, a number > 0 or 'learned' (one latent per "
+        "joint: the data choose the tails) (default 4)",
+    )
     parser.add_argument(
         "--geometry",
         default="whitened",
@@ -143,6 +164,7 @@ def run(args) -> int:
         scales=data_scales(model_data(dataset, robot=robot), robot),
         likelihood=args.likelihood,
         noise=args.noise,
+        student_df=args.student_df,
         geometry=args.geometry,
         horizon=args.horizon,
         dt=1.0 / float(dataset.rate_hz),  # the rollout likelihood steps at the data's rate

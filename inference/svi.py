@@ -490,7 +490,8 @@ def _optimise_ensemble(
 
 
 def _noise_sites(bayes_model, members: dict) -> list:
-    """The model's latent noise sites (``GaussianSite``) present in ``members``."""
+    """The model's latent noise sites (``GaussianSite``: log scales, learned log degrees of
+    freedom) present in ``members``."""
     return [s for s in getattr(bayes_model, "noise_sites", ()) if s.site in members]
 
 
@@ -570,7 +571,8 @@ def _calibrate_mixture(
     from scipy.optimize import minimize
     from scipy.special import logsumexp
 
-    sites = _noise_sites(bayes_model, members)
+    # the scales only: learned Student-t degrees of freedom keep their profiled values
+    sites = [s for s in _noise_sites(bayes_model, members) if s.name.startswith("log_sigma_")]
     R = next(iter(members.values())).shape[0]
     loglik = jax.vmap(heldout_log_likelihood(bayes_model, val_data), in_axes=(0, None))
     dtype = next(iter(members.values())).dtype

@@ -252,7 +252,8 @@ class JointMajorNoise(dist.Distribution):
     """Normal or Student-t noise around predictions held joint-major, as one observation site.
 
     ``rows`` (n, N) are the predictions of N samples stored per joint (contiguous over samples);
-    ``scale`` (n,) the per-joint sd; ``df`` the Student-t degrees of freedom (None: Normal).
+    ``scale`` (n,) the per-joint sd; ``df`` the Student-t degrees of freedom, a scalar or one
+    per joint (n,) (None: Normal).
     Batch shape (N,), event shape (n,): values are (N, n) like every other observed site, so
     ``log_prob`` agrees with ``Normal(rows.T, scale).to_event(1)`` (or Student-t) to rounding,
     but its arithmetic runs on the (n, N) rows. Why: on a batch-major (N, n) layout every
@@ -270,24 +271,32 @@ class JointMajorNoise(dist.Distribution):
         n, N = jnp.shape(rows)
         super().__init__(batch_shape=(N,), event_shape=(n,), validate_args=validate_args)
 
-    def _standard(self):
+    def _standard(self, ndim: int):
+        """The unit noise, its parameters broadcastable against (..., n, N) of ``ndim`` axes."""
         if self.df is None:
             return dist.Normal(jnp.zeros((), self.rows.dtype), 1.0)
-        return dist.StudentT(jnp.asarray(self.df, self.rows.dtype))
+        df = jnp.asarray(self.df, self.rows.dtype)
+        return dist.StudentT(df if df.ndim == 0 else self._lead(df[:, None], ndim))
 
     def _lead(self, x, ndim: int):
         """``x`` (n, N) or (n, 1) with ``ndim - 2`` leading unit axes (explicit broadcasting)."""
         return jnp.reshape(x, (1,) * (ndim - 2) + jnp.shape(x))
 
     def sample(self, key, sample_shape=()):
-        eps = self._standard().sample(key, tuple(sample_shape) + jnp.shape(self.rows))
+        shape = tuple(sample_shape) + jnp.shape(self.rows)
+        standard = self._standard(len(shape))
+        if standard.batch_shape:  # per-joint df (..., n, 1): one df per element, one draw each
+            standard = dist.StudentT(jnp.broadcast_to(standard.df, shape))
+            shape = ()
+        eps = standard.sample(key, shape)
         rows, scale = self._lead(self.rows, eps.ndim), self._lead(self.scale[:, None], eps.ndim)
         return jnp.swapaxes(rows + scale * eps, -1, -2)
 
     def log_prob(self, value):
         value = jnp.swapaxes(value, -1, -2)
         rows, scale = self._lead(self.rows, value.ndim), self._lead(self.scale[:, None], value.ndim)
-        return jnp.sum(self._standard().log_prob((value - rows) / scale) - jnp.log(scale), axis=-2)
+        z = (value - rows) / scale
+        return jnp.sum(self._standard(value.ndim).log_prob(z) - jnp.log(scale), axis=-2)
 
     @property
     def mean(self):

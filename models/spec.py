@@ -56,6 +56,9 @@ class ModelSpec:
         likelihood: ``"forward"``, ``"inverse"`` or ``"rollout"``; None picks ``"inverse"`` for
             ``nea`` (its only one) and ``"forward"`` otherwise.
         noise: ``"normal"`` or ``"student-t"`` (``student_df`` degrees of freedom).
+        student_df: Student-t degrees of freedom, or None: learned, one latent per observed
+            signal and joint (``models.variants.DF_PRIOR``), so the data choose between heavy
+            tails and (large df) Normal errors.
         noise_scale: fixed per-joint noise sd (one value or n values) or None (latent scales).
         geometry: ``"whitened"`` or ``"centered"`` latent coordinates (``models/_sites.py``),
             or ``"identifiable"``: base parameters, coefficients and noise only, each draw
@@ -76,7 +79,7 @@ class ModelSpec:
     prior: str = "informative"
     likelihood: str | None = None
     noise: str = "normal"
-    student_df: float = 4.0
+    student_df: float | None = 4.0
     noise_scale: tuple[float, ...] | None = None
     geometry: str = "whitened"
     kinematics: str = "known"
@@ -103,10 +106,13 @@ class ModelSpec:
                 f"{self.actuator!r}: NEA is linear regression (DiffNEA 4.3) and FF-NN sees tau_d"
             )
         for what, value in (("dt", self.dt), ("student_df", self.student_df)):
+            if what == "student_df" and value is None:
+                continue
             if not (isinstance(value, int | float) and np.isfinite(value) and value > 0):
                 raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
         object.__setattr__(self, "dt", float(self.dt))
-        object.__setattr__(self, "student_df", float(self.student_df))
+        if self.student_df is not None:
+            object.__setattr__(self, "student_df", float(self.student_df))
         for what, value, low in (
             ("nn_width", self.nn_width, 1),
             ("nn_depth", self.nn_depth, 0),

@@ -156,6 +156,10 @@ def test_fit_of_a_network_variant_stops_early_on_held_out_episodes(tmp_path, cap
     argv += ["--steps", "60", "--out", str(out), "--quiet"]
     assert main([*argv, "--validation", "1.5"]) == 2
     assert "--validation must be auto or a fraction in [0, 1)" in capsys.readouterr().err
+    assert main([*argv, "--student-df", "-1"]) == 2
+    assert "(or 'learned')" in capsys.readouterr().err
+    # Student-t noise whose degrees of freedom are learned (one per joint, saved with the fit)
+    argv += ["--noise", "student-t", "--student-df", "learned"]
     assert main([*argv, "--validation", "0.25"]) == 0
     assert "early stopping on 1 of 4 episodes held out" in capsys.readouterr().out
     result = load_result(out)
@@ -173,3 +177,7 @@ def test_fit_of_a_network_variant_stops_early_on_held_out_episodes(tmp_path, cap
     calibration = result.attrs["ensemble"]["noise_calibration"]
     assert len(calibration["factor"]["log_sigma_qdd"]) == 2
     assert calibration["validation_nlpd_after"] <= calibration["validation_nlpd_before"]
+    assert result.model().spec.student_df is None
+    df = result.idata["posterior"]["df_qdd"].values[0]  # (draws, joints), a member's own
+    assert df.shape[1] == 2 and np.all(df > 0)
+    np.testing.assert_array_equal(df, df[first])

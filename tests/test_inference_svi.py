@@ -721,3 +721,68 @@ def test_a_lone_ensemble_member_gets_its_output_layer_posterior():
             np.testing.assert_array_equal(np.asarray(v)[0], np.asarray(members[k][0]))
     with pytest.raises(ValueError, match="output_layer"):
         fit_svi(model, data, key=0, steps=2, output_layer="last", **FAST)
+
+
+def test_learned_student_df_is_profiled_per_member_and_kept_by_the_calibration():
+    """``student_df=None``: each ensemble member's noise scale *and* degrees of freedom are its
+    conditional MAP (checked against scipy's Student-t density and a Nelder-Mead optimum), they
+    recover known tails (t(3) errors on the cart, Normal ones on the pole), and the validation
+    calibration scales the noise scales only."""
+    from scipy.optimize import minimize
+    from scipy.stats import norm, t
+
+    from inference._validate import fit_inputs
+    from inference.svi import _calibrate_mixture, _profile_noise
+    from models import ModelData, build_model
+
+    robot = bn.get_system("cartpole")
+    model = build_model("ffnn", robot, noise="student-t", student_df=None, nn_width=4, nn_depth=1)
+    assert [s.site for s in model.noise_sites] == ["log_sigma_qdd_z", "log_df_qdd_z"]
+    starts = [model.start_sample(jax.random.key(k)) for k in range(2)]
+    members = {k: jnp.stack([s[k] for s in starts]) for k in starts[0]}
+    truth = {k: v[0] for k, v in members.items()}  # member 0's network generates the data
+    rng = np.random.default_rng(0)
+
+    def dataset(seed, count):
+        q, qd, _ = bn.sample_states(robot, seed, count)
+        tau = jax.random.normal(jax.random.key(seed), q.shape, q.dtype)
+        pred = np.asarray(jax.vmap(model.qdd_fn(truth))(q, qd, tau))
+        noise = np.stack([0.3 * rng.standard_t(3.0, count), 0.5 * rng.standard_normal(count)], 1)
+        return ModelData(q, qd, jnp.asarray(pred + noise), tau), pred
+
+    data, pred = dataset(1, 1500)
+    _, prep, _ = fit_inputs(model, data)
+    profiled, reports = _profile_noise(model, prep, members)
+    assert all(r["converged"] for r in reports)
+    phys = jax.vmap(model.physical)(profiled)
+    sigma, df = np.asarray(phys["sigma_qdd"]), np.asarray(phys["df_qdd"])
+    s_site, d_site = model.noise_sites
+    resid = np.asarray(data.qdd) - pred
+    for j in range(robot.n):  # member 0: its own residuals are the noise
+
+        def energy(z, r=resid[:, j], j=j):  # whitened N(0, 1) priors on both latents
+            s = np.exp(s_site.prior.loc[j] + s_site.prior.scale[j] * z[0])
+            nu = np.exp(d_site.prior.loc[j] + d_site.prior.scale[j] * z[1])
+            return -t.logpdf(r, nu, 0.0, s).sum() - norm.logpdf(z).sum()
+
+        best = minimize(
+            energy,
+            np.zeros(2),
+            method="Nelder-Mead",
+            options={"xatol": 1e-9, "fatol": 1e-12, "maxfev": 20000},
+        )
+        assert best.success, best.message
+        z = np.array([profiled[s_site.site][0, j], profiled[d_site.site][0, j]])
+        np.testing.assert_allclose(z, best.x, atol=1e-4)
+    assert 2.2 < df[0, 0] < 4.2 and abs(sigma[0, 0] / 0.3 - 1) < 0.1  # t(3) with scale 0.3
+    assert df[0, 1] > 20 and abs(sigma[0, 1] / 0.5 - 1) < 0.1  # Normal: large df
+    valid, _ = dataset(2, 500)
+    _, vprep, _ = fit_inputs(model, valid)
+    calibrated, record = _calibrate_mixture(
+        model, vprep, int(np.size(valid.qdd)), profiled, [0.5, 0.5]
+    )
+    assert list(record["factor"]) == ["log_sigma_qdd"]
+    np.testing.assert_array_equal(calibrated[d_site.site], profiled[d_site.site])
+    factor = np.asarray(record["factor"]["log_sigma_qdd"])
+    scaled = np.asarray(jax.vmap(model.physical)(calibrated)["sigma_qdd"])
+    np.testing.assert_allclose(scaled / sigma, np.broadcast_to(factor, sigma.shape), rtol=1e-10)

@@ -89,19 +89,31 @@ def test_rollout_windows_reproduce_rk4(furuta):
         rollout_windows(run, 0)
 
 
-def test_student_t_matches_scipy(furuta, data):
+@pytest.mark.parametrize("student_df", [3.0, None])
+def test_student_t_matches_scipy(furuta, data, student_df):
+    """Fixed degrees of freedom, or learned ones (``student_df=None``): a latent per joint whose
+    prior is ``log df ~ N(log 10, 1)``, here set to df = (2.5, 40)."""
     model = build_model(
-        "diffnea/ideal/weak", furuta, noise="student-t", student_df=3.0, noise_scale=0.5
+        "diffnea/ideal/weak", furuta, noise="student-t", student_df=student_df, noise_scale=0.5
     )
     sample = model.init_sample()
+    df = np.full(furuta.n, student_df or 0.0)
+    if student_df is None:
+        (site,) = model.noise_sites  # the scale is fixed: the degrees of freedom alone
+        assert site.site == "log_df_qdd_z"
+        np.testing.assert_allclose(site.prior.loc, np.log(10.0))
+        np.testing.assert_allclose(site.prior.scale, 1.0)
+        df = np.array([2.5, 40.0])
+        sample[site.site] = jnp.asarray((np.log(df) - site.prior.loc) / site.prior.scale)
+        np.testing.assert_allclose(model.physical(sample)["df_qdd"], df, rtol=1e-12)
     tr = handlers.trace(handlers.substitute(model.model, data=sample)).get_trace(data)
     pred = jax.vmap(model.qdd_fn(sample))(data.q, data.qd, data.tau)
-    expected = scipy.stats.t.logpdf(np.asarray(data.qdd), 3.0, np.asarray(pred), 0.5).sum()
+    expected = scipy.stats.t.logpdf(np.asarray(data.qdd), df, np.asarray(pred), 0.5).sum()
     got = tr["obs_qdd"]["fn"].log_prob(data.qdd).sum()
     np.testing.assert_allclose(float(got), expected, rtol=1e-10)
 
 
-@pytest.mark.parametrize("df", [None, 3.0])
+@pytest.mark.parametrize("df", [None, 3.0, (2.5, 40.0)])
 def test_joint_major_noise_matches_scipy(df):
     """The identifiable forward likelihood's noise on (n, N) prediction rows: per-sample log
     densities (summed over joints) as scipy's on the (N, n) values; draws are (N, n) with the
@@ -109,9 +121,9 @@ def test_joint_major_noise_matches_scipy(df):
     rng = np.random.default_rng(0)
     rows, scale = rng.standard_normal((2, 40)), np.array([0.3, 2.0])
     value = rng.standard_normal((40, 2))
-    noise = JointMajorNoise(jnp.asarray(rows), jnp.asarray(scale), df)
+    noise = JointMajorNoise(jnp.asarray(rows), jnp.asarray(scale), None if df is None else jnp.asarray(df))
     assert noise.batch_shape == (40,) and noise.event_shape == (2,)
-    ref = scipy.stats.norm if df is None else scipy.stats.t(df)
+    ref = scipy.stats.norm if df is None else scipy.stats.t(np.asarray(df))  # one df per joint
     expected = ref.logpdf((value - rows.T) / scale).sum(axis=1) - np.log(scale).sum()
     np.testing.assert_allclose(np.asarray(noise.log_prob(jnp.asarray(value))), expected, rtol=1e-12)
     draws = np.asarray(noise.sample(jax.random.key(1), (4000,)))

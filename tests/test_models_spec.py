@@ -21,7 +21,7 @@ pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py
 # Non-default options cycled over the variants (small networks keep the compiles short).
 OPTIONS = (
     {"geometry": "centered"},
-    {"noise": "student-t", "student_df": 5.0},
+    {"noise": "student-t", "student_df": None},  # learned degrees of freedom
     {"likelihood": "rollout", "horizon": 3},
     {"noise_scale": 0.05},
 )
@@ -32,7 +32,7 @@ FITTED_ROUND_TRIP = (
     "diffnea/stribeck/informative",  # centered geometry
     "nokin-diffnea/viscous/weak",  # learned kinematics, fixed noise scale
     "nea",
-    "ffnn",  # black-box network, Student-t noise
+    "ffnn",  # black-box network, Student-t noise with learned degrees of freedom
 )
 
 
