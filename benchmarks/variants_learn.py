@@ -63,6 +63,7 @@ import numpy as np  # noqa: E402
 import bayes_nea as bn  # noqa: E402
 from analysis.diagnostics import heldout_ppc, heldout_predictions  # noqa: E402
 from analysis.energy import divergence_flags  # noqa: E402
+from analysis.resources import release_compiled_programs  # noqa: E402
 from analysis.rollouts import make_rollout_fn, thin_draws  # noqa: E402
 from data import generate_dataset, import_log  # noqa: E402
 from inference import fit_svi  # noqa: E402
@@ -344,6 +345,8 @@ def main(argv=None) -> int:
                 print(head)
                 print("|" + " --- |" * (head.count("|") - 1))
                 for variant in args.variants or VARIANTS[kind]:
+                    # a process fitting dozens of variants reaches vm.max_map_count (README)
+                    release_compiled_programs()
                     noise = {"noise": "student-t", "student_df": None} if (
                         args.noise == "student-t-learned"
                     ) else {"noise": args.noise}
