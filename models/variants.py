@@ -347,8 +347,9 @@ def _check_invertible(spec: ModelSpec, family: Family, actuator: Actuator) -> No
 DF_PRIOR = (10.0, 1.0)
 """Learned Student-t degrees of freedom (``student_df=None``): ``log df ~ N(log 10, 1^2)``, a
 median of 10 and a central 95 % of 1.4-71: from tails heavy enough for spiking filtered
-differences (measured df 1.5-2.2 on hardware-like data) to all but Normal errors (df 25 and more
-on the residuals of a hybrid that fits its simulator)."""
+differences (measured df 1.5-2.2 on hardware-like data) to all but Normal errors (df 16 and more
+on the residuals of a hybrid that fits its simulator; docs/measurements.md, "Recorded logs with
+learned Student-t tails")."""
 
 
 def _noise_sites(spec: ModelSpec, likelihood, prior: Prior, scales: Scales):
