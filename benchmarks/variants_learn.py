@@ -316,6 +316,9 @@ def main(argv=None) -> int:
         "episodes, inference.early_stopping)",
     )
     args = p.parse_args(argv)
+    noise = {"noise": args.noise}
+    if args.noise == "student-t-learned":
+        noise = {"noise": "student-t", "student_df": None}
     print(
         f"# variants learn: {args.duration:g} s per dataset in {args.episode_duration:g} s "
         f"episodes, {args.steps} SVI steps, seed {args.seed}, {args.noise} noise\n"
@@ -347,9 +350,6 @@ def main(argv=None) -> int:
                 for variant in args.variants or VARIANTS[kind]:
                     # a process fitting dozens of variants reaches vm.max_map_count (README)
                     release_compiled_programs()
-                    noise = {"noise": "student-t", "student_df": None} if (
-                        args.noise == "student-t-learned"
-                    ) else {"noise": args.noise}
                     model = build_model(variant, robot, scales=scales, **noise)
                     identifiable = False
                     if args.white_box_geometry == "identifiable":
