@@ -40,3 +40,14 @@ def real(low: float, high: float, *, open_low: bool = False):
 
 SEED = integer(0, 2**31 - 1)
 """Seeds: non-negative and within 32 bits (JAX's keys in float32 mode too)."""
+
+
+def student_df(text: str) -> float | None:
+    """An ``argparse`` type: Student-t degrees of freedom, a number in (0, 1e6], or ``learned``
+    (None: the model's latent degrees of freedom)."""
+    if text == "learned":
+        return None
+    try:
+        return real(0.0, 1e6, open_low=True)(text)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err} (or 'learned')") from None

@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from cli._args import SEED, integer, real
-
-_positive = real(0.0, 1e6, open_low=True)
-
-
-def student_df(text: str) -> float | None:
-    """``--student-df``: a number in (0, 1e6], or ``learned`` (None: the model's latent df)."""
-    if text == "learned":
-        return None
-    try:
-        return _positive(text)
-    except argparse.ArgumentTypeError as err:
-        raise argparse.ArgumentTypeError(f"{err} (or 'learned')") from None
-
+from cli._args import SEED, integer, real, student_df
 
 HELP = "fit a model variant to a dataset (SVI or NUTS) and save the posterior as netCDF"
 

@@ -279,7 +279,11 @@ class BayesianModel:
         """Noise sd (n,) of the observed signal ``key`` (``"qdd"``, ``"tau"``, ``"q"``, ``"qd"``)."""
         if self.noise_scale is not None:
             return jnp.asarray(self.noise_scale, dtype)
-        site = next(s for s in self.noise_sites if s.name == "log_sigma_" + key)
+        return self._exp_noise_site("log_sigma_" + key, sample, dtype)
+
+    def _exp_noise_site(self, name: str, sample, dtype) -> Array:
+        """``exp`` of the latent noise site ``name`` (a log scale or log df) of one draw."""
+        site = next(s for s in self.noise_sites if s.name == name)
         return jnp.exp(site.value(sample)).astype(dtype)
 
     def noise_df(self, sample, key: str, dtype) -> Array | None:
@@ -289,8 +293,7 @@ class BayesianModel:
             return None
         if self.spec.student_df is not None:
             return jnp.asarray(self.spec.student_df, dtype)
-        site = next(s for s in self.noise_sites if s.name == "log_df_" + key)
-        return jnp.exp(site.value(sample)).astype(dtype)
+        return self._exp_noise_site("log_df_" + key, sample, dtype)
 
     def noise_dist(self, loc, sample, key: str, event_dims: int):
         """The observation noise around ``loc`` (..., n) for signal ``key`` (Normal or
