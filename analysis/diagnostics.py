@@ -62,7 +62,8 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
 
     Each draw predicts ``qdd`` with its forward dynamics (:func:`heldout_predictions`); its
     observation noise (``bayes_model.noise_dist``: Normal or Student-t) is drawn with a fixed
-    seed for the band: on ``qdd`` where the model observes ``qdd`` (forward likelihood), on the
+    seed for the band: on ``qdd`` where the model observes ``qdd`` (forward likelihood; with
+    ``"forward-effort"`` also ``M(q)^-1`` times the effort noise), on the
     efforts where it observes them (inverse likelihood: ``tau_obs = tau(qdd) + e``, so ``qdd``
     is the forward dynamics at ``tau_obs - e``; for rigid bodies ``M^-1 e`` around the mean).
     Returns the NMSE of the (noise-free) posterior mean per joint (:func:`accel_nmse`), the
@@ -82,7 +83,11 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
     observed = tuple(getattr(getattr(bayes_model, "likelihood", None), "noise_keys", ()))
     keys = jax.random.split(jax.random.key(0), pred.shape[0])  # noise with a fixed seed
     with_noise = "qdd" in observed or "tau" in observed
-    if "qdd" in observed:  # each draw's own observation noise (Normal or Student-t)
+    if hasattr(bayes_model.likelihood, "sample_noisy"):  # noise on the effort and on qdd
+        q = jnp.asarray(dataset.arrays()[0])
+        noisy = jax.vmap(lambda p, s, k: bayes_model.likelihood.sample_noisy(bayes_model, s, q, p, k))
+        pred = np.asarray(jax.jit(noisy)(jnp.asarray(pred), draws, keys))
+    elif "qdd" in observed:  # each draw's own observation noise (Normal or Student-t)
         noisy = jax.vmap(lambda p, s, k: bayes_model.noise_dist(p, s, "qdd", 2).sample(k))
         pred = np.asarray(noisy(jnp.asarray(pred), draws, keys))
     elif "tau" in observed:  # tau_obs = tau(qdd) + e: qdd = forward dynamics at tau_obs - e

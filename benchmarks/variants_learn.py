@@ -40,7 +40,7 @@ inertia 35 % light (the model's "informative" prior is centred on that wrong URD
 
     python benchmarks/variants_learn.py [--systems cartpole furuta] [--kinds trajectories
         hardware foreign] [--duration 30] [--episode-duration 5] [--steps 3000] [--variants ...]
-        [--noise normal|student-t|student-t-learned]
+        [--noise normal|student-t|student-t-learned|effort]
 """
 
 from __future__ import annotations
@@ -303,11 +303,12 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--noise",
-        choices=("normal", "student-t", "student-t-learned"),
+        choices=("normal", "student-t", "student-t-learned", "effort"),
         default="normal",
         help="observation noise of every model (student-t: 4 degrees of freedom, for recorded "
         "accelerations with heavy-tailed errors such as filtered differences; student-t-learned: "
-        "the degrees of freedom a latent per joint, student_df=None)",
+        "the degrees of freedom a latent per joint, student_df=None; effort: Normal, and the "
+        "network hybrids also get noise on the effort, likelihood='forward-effort')",
     )
     p.add_argument(
         "--no-early-stopping",
@@ -319,6 +320,8 @@ def main(argv=None) -> int:
     noise = {"noise": args.noise}
     if args.noise == "student-t-learned":
         noise = {"noise": "student-t", "student_df": None}
+    if args.noise == "effort":
+        noise = {"noise": "normal"}
     print(
         f"# variants learn: {args.duration:g} s per dataset in {args.episode_duration:g} s "
         f"episodes, {args.steps} SVI steps, seed {args.seed}, {args.noise} noise\n"
@@ -351,6 +354,8 @@ def main(argv=None) -> int:
                     # a process fitting dozens of variants reaches vm.max_map_count (README)
                     release_compiled_programs()
                     model = build_model(variant, robot, scales=scales, **noise)
+                    if args.noise == "effort" and model.has_networks and model.family.white_box:
+                        model = build_model(model.spec, likelihood="forward-effort")
                     identifiable = False
                     if args.white_box_geometry == "identifiable":
                         model, geometry = identifiable_where_possible(model)

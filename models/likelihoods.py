@@ -5,6 +5,15 @@ Three likelihoods (``build_model(..., likelihood=...)``, :data:`LIKELIHOOD_NAMES
 ``"forward"`` (the DiffNEA paper's loss): ``qdd_obs ~ N(f(q, qd, tau_d), sigma_qdd)`` per sample
     and joint, ``f`` = actuator + ABA of the draw. Observed site ``obs_qdd``. One ABA per sample per
     gradient. Measured or estimated accelerations alike.
+``"forward-effort"``: the same mean, with the noise on the effort as well:
+    ``qdd_obs ~ N(f, M(q)^-1 diag(sigma_tau^2) M(q)^-T + diag(sigma_qdd^2))`` per sample, ``M`` the
+    draw's mass matrix (CRBA). The model of a plant whose applied effort differs from the
+    recorded command by unrecorded noise (action noise, torque ripple) and whose accelerations
+    are measured with noise: ``qdd = M^-1 (tau + w - h) + r``. Its acceleration noise then
+    depends on the state, as ``M(q)^-1`` does, which one ``sigma_qdd`` per joint cannot follow
+    (``docs/measurements.md``, "Noise on the effort"). Normal noise, latent scales, a family
+    with a rigid-body part (not ``ffnn``); one ABA and one CRBA per sample. Observed site
+    ``obs_qdd`` (one multivariate Normal per sample).
 ``"inverse"``: ``tau_obs ~ N(actuator^-1(rnea(q, qd, qdd)), sigma_tau)``; observed site ``obs_tau``.
     Needs an invertible actuator (not ``ffnn``) and a white-box family.
 ``"rollout"``: RK4 over short windows from each window's first state under its measured
@@ -459,6 +468,47 @@ class Forward(_PerSample):
 
 
 @dataclasses.dataclass(frozen=True)
+class ForwardEffort(Likelihood):
+    """``qdd_obs ~ N(f, M^-1 diag(sigma_tau^2) M^-T + diag(sigma_qdd^2))`` per sample (module
+    docstring): noise on the effort, mapped through the draw's mass matrix, and on the
+    recorded accelerations."""
+
+    name: ClassVar[str] = "forward-effort"
+    noise_keys: ClassVar[tuple[str, ...]] = ("qdd", "tau")
+
+    def predict(self, model, sample, batch):
+        """Mean (N, n) and Cholesky factor (N, n, n) of each sample's acceleration noise."""
+        f = model.qdd_fn(sample)
+        mass = model.mass_matrix_fn(sample)
+        dtype = jnp.result_type(batch.q)
+        s_tau = model.noise_sigma(sample, "tau", dtype)
+        s_qdd = model.noise_sigma(sample, "qdd", dtype)
+
+        def one(q, qd, tau):
+            A = jnp.linalg.solve(mass(q), jnp.diag(s_tau))  # M^-1 diag(sigma_tau)
+            cov = A @ A.T + jnp.diag(s_qdd**2)
+            return f(q, qd, tau), jnp.linalg.cholesky(cov)
+
+        return jax.vmap(one)(batch.q, batch.qd, batch.tau)
+
+    def observe(self, model, sample, data, subsample_size):
+        with numpyro.plate("data", data.q.shape[0], subsample_size=subsample_size) as idx:
+            batch = data if subsample_size is None else ModelData(*(x[idx] for x in data))
+            mean, tril = self.predict(model, sample, batch)
+            numpyro.sample("obs_qdd", dist.MultivariateNormal(mean, scale_tril=tril), obs=batch.qdd)
+
+    def sample_noisy(self, model, sample, q, pred, key):
+        """``pred`` (N, n) plus one draw of the noise at positions ``q`` (N, n): ``M(q)^-1 w +
+        r`` (a posterior-predictive draw of the recorded accelerations)."""
+        mass = model.mass_matrix_fn(sample)
+        s_tau = model.noise_sigma(sample, "tau", pred.dtype)
+        s_qdd = model.noise_sigma(sample, "qdd", pred.dtype)
+        w, r = jax.random.normal(key, (2, *pred.shape), pred.dtype)
+        effort = jax.vmap(lambda a, b: jnp.linalg.solve(mass(a), b * s_tau))(q, w)
+        return pred + effort + r * s_qdd[None, :]
+
+
+@dataclasses.dataclass(frozen=True)
 class Inverse(_PerSample):
     """``tau_obs ~ noise(actuator^-1(RNEA))`` per sample."""
 
@@ -560,6 +610,8 @@ def make_likelihood(spec, *, linear_coefficients: tuple[str, ...] | None) -> Lik
     """
     if spec.likelihood == "forward":
         return Forward()
+    if spec.likelihood == "forward-effort":
+        return ForwardEffort()
     if spec.likelihood == "rollout":
         return Rollout(horizon=int(spec.horizon), dt=float(spec.dt))
     if linear_coefficients is not None and spec.noise == "normal":

@@ -25,7 +25,7 @@ FAMILY_NAMES = ("nokin-diffnea", "diffnea", "nea", "ffnn")
 WHITE_BOX_FAMILIES = ("nokin-diffnea", "diffnea")
 ACTUATOR_NAMES = ("ideal", "viscous", "stribeck", "nn-friction", "nn-residual", "ffnn")
 PRIOR_NAMES = ("informative", "weak")
-LIKELIHOOD_NAMES = ("forward", "inverse", "rollout")
+LIKELIHOOD_NAMES = ("forward", "forward-effort", "inverse", "rollout")
 NOISE_NAMES = ("normal", "student-t")
 GEOMETRY_NAMES = ("whitened", "centered", "identifiable")
 KINEMATICS_NAMES = ("known", "unknown")
@@ -53,8 +53,10 @@ class ModelSpec:
 
     Fields:
         family, actuator, prior: the variant (``"diffnea"``, ``"viscous"``, ``"informative"``).
-        likelihood: ``"forward"``, ``"inverse"`` or ``"rollout"``; None picks ``"inverse"`` for
-            ``nea`` (its only one) and ``"forward"`` otherwise.
+        likelihood: ``"forward"``, ``"forward-effort"`` (noise on the effort as well as on the
+            accelerations: ``models.likelihoods.ForwardEffort``; Normal noise, latent scales),
+            ``"inverse"`` or ``"rollout"``; None picks ``"inverse"`` for ``nea`` (its only one)
+            and ``"forward"`` otherwise.
         noise: ``"normal"`` or ``"student-t"`` (``student_df`` degrees of freedom).
         student_df: Student-t degrees of freedom, or None: learned, one latent per observed
             signal and joint (``models.variants.DF_PRIOR``), so the data choose between heavy
@@ -104,6 +106,14 @@ class ModelSpec:
             raise ValueError(
                 f"the {self.family!r} family takes no actuator model (actuator='ideal'), got "
                 f"{self.actuator!r}: NEA is linear regression (DiffNEA 4.3) and FF-NN sees tau_d"
+            )
+        if self.likelihood == "forward-effort" and (
+            self.noise != "normal" or self.noise_scale is not None
+        ):
+            raise ValueError(
+                "likelihood 'forward-effort' takes Normal noise with latent scales (one on the "
+                f"effort, one on the accelerations), got noise={self.noise!r}, "
+                f"noise_scale={self.noise_scale!r}"
             )
         for what, value in (("dt", self.dt), ("student_df", self.student_df)):
             if what == "student_df" and value is None:

@@ -148,6 +148,18 @@ class BayesianModel:
 
         return f
 
+    def mass_matrix_fn(self, sample: dict):
+        """``M(q) -> (n, n)`` joint-space mass matrix of one draw (CRBA; frames of
+        :attr:`dynamics_robot`).
+
+        Raises:
+            ValueError: a black-box family (no rigid-body part).
+        """
+        if self.family.black_box:
+            raise ValueError(f"the {self.family.name!r} family has no rigid-body part, no mass matrix")
+        robot, params = self.dynamics_robot, self.family.params(sample)
+        return lambda q: bn.crba(robot, q, params=params.astype(jnp.result_type(q)))
+
     def tau_fn(self, sample: dict):
         """``g(q, qd, qdd) -> tau_d`` (n,) of one draw: RNEA then the actuator's inverse.
 
@@ -413,6 +425,11 @@ def build(spec: ModelSpec) -> BayesianModel:
         )
     if spec.likelihood == "inverse":
         _check_invertible(spec, family, actuator)
+    if spec.likelihood == "forward-effort" and family.black_box:
+        raise ValueError(
+            f"likelihood 'forward-effort' maps effort noise through the mass matrix; the "
+            f"{family.name!r} family has none: use likelihood='forward'"
+        )
     linear = actuator.linear_coefficients if family.linear_in_theta else None
     likelihood = make_likelihood(spec, linear_coefficients=linear)
     noise_sites = _noise_sites(spec, likelihood, prior, scales)
