@@ -187,8 +187,8 @@ def effort_model(furuta):
 def _pinocchio_effort_moments(furuta, q, qd, tau, s_qdd, s_tau):
     """Mean (N, n) and covariance (N, n, n) of ``M^-1 (tau + w - h) + r`` by Pinocchio's ABA and
     CRBA of the nominal robot; also ``M^-1`` (N, n, n)."""
-    from conftest import system_reference
     import pinocchio as pin
+    from conftest import system_reference
 
     ref = system_reference("furuta")
     means, inverses = [], []
