@@ -14,7 +14,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--data", required=True, help="dataset file from `bayes-nea simulate`")
     parser.add_argument("--method", choices=("svi", "nuts"), default="svi")
     parser.add_argument("--out", required=True, help="result file (.nc), written atomically")
-    parser.add_argument("--likelihood", default=None, help="forward, inverse or rollout")
+    parser.add_argument(
+        "--likelihood",
+        default=None,
+        help="forward, forward-effort (noise on the effort too), inverse or rollout",
+    )
     parser.add_argument(
         "--horizon", type=integer(1, 10**4), default=10, help="rollout likelihood: RK4 steps per window"
     )

@@ -82,3 +82,39 @@ def test_band_of_a_model_observing_efforts_carries_their_noise():
     )
     binomial = np.sqrt(0.09 / N_POINTS)
     assert np.all(np.abs(np.asarray(ppc["coverage_per_joint"]) - 0.9) < 4 * binomial), ppc
+
+
+def test_band_of_effort_noise_has_the_state_dependent_width():
+    # likelihood="forward-effort": qdd = M^-1 (tau + w - h) + r, so each point's band is
+    # 2 x 1.645 x sqrt(diag(M^-1 S M^-T + R)) with M Pinocchio's CRBA of the nominal robot (the
+    # informative prior's centre); data drawn from that Gaussian are covered at 90 %
+    import pinocchio as pin
+    from conftest import system_reference
+
+    robot = bn.get_system("cartpole")
+    model = build_model("diffnea/ideal/informative", robot, likelihood="forward-effort")
+    s_qdd, s_tau = np.array([0.05, 0.2]), np.array([0.3, 0.02])
+    sample = model.init_sample()
+    for site, value in zip(model.noise_sites, (s_qdd, s_tau), strict=True):
+        sample[site.site] = jnp.asarray((np.log(value) - site.prior.loc) / site.prior.scale)
+    q, qd, _ = bn.sample_states(robot, 2, N_POINTS)
+    tau = jax.random.normal(jax.random.key(3), q.shape, q.dtype) * jnp.array([[5.0, 0.0]])
+    ref = system_reference("cartpole")
+    cov = []
+    for a in np.asarray(q):
+        M = np.triu(pin.crba(ref.model, ref.data, ref.q_pin(a)))
+        Minv = np.linalg.inv(M + np.triu(M, 1).T)
+        cov.append(Minv @ np.diag(s_tau**2) @ Minv.T + np.diag(s_qdd**2))
+    cov = np.array(cov)
+    mean = np.asarray(jax.vmap(model.qdd_fn(sample))(q, qd, tau))
+    rng = np.random.default_rng(4)
+    qdd = mean + np.einsum("kij,kj->ki", np.linalg.cholesky(cov), rng.standard_normal(q.shape))
+    ppc = heldout_ppc(model, _Draws(sample), _Held(q, qd, jnp.asarray(qdd), tau), max_draws=N_DRAWS)
+    assert ppc["with_noise"]
+    sd = np.sqrt(np.diagonal(cov, axis1=1, axis2=2))
+    assert np.ptp(sd[:, 1]) > 0.2 * sd[:, 1].mean()  # the pole's noise depends on the state
+    np.testing.assert_allclose(
+        ppc["width_per_joint"], 2 * stats.norm.ppf(0.95) * sd.mean(axis=0), rtol=0.06
+    )
+    binomial = np.sqrt(0.09 / N_POINTS)
+    assert np.all(np.abs(np.asarray(ppc["coverage_per_joint"]) - 0.9) < 4 * binomial), ppc

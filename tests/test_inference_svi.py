@@ -384,7 +384,12 @@ def test_auto_guide_gives_network_weights_a_posterior():
     from scipy.special import logsumexp
     from scipy.stats import norm
 
-    from inference.svi import MEMBER_SCORE_GAP, _calibrate_mixture, _member_weights
+    from inference.svi import (
+        CALIBRATION_FLOOR,
+        MEMBER_SCORE_GAP,
+        _calibrate_mixture,
+        _member_weights,
+    )
 
     (site,) = model.noise_sites
     assert all(r["converged"] for r in ens["noise_profile"])
@@ -433,11 +438,23 @@ def test_auto_guide_gives_network_weights_a_posterior():
         with np.errstate(divide="ignore"):
             return -np.sum(logsumexp(lp + np.log(w)[:, None], axis=0)) / np.size(vqdd)
 
+    # the factors are at least CALIBRATION_FLOOR (1): the optimum over factors >= 1, i.e. over
+    # log_c >= -log(factor) relative to the stored scales
+    assert np.all(factor >= CALIBRATION_FLOOR)
+    floor = np.log(CALIBRATION_FLOOR) - np.log(factor)
     best = minimize(
-        mixture_nlpd, np.full(robot.n, 0.3), method="Nelder-Mead",
+        mixture_nlpd, floor + 0.3, method="Nelder-Mead", bounds=[(f, None) for f in floor],
         options={"xatol": 1e-8, "fatol": 1e-14},
     )
     np.testing.assert_allclose(best.x, 0.0, atol=1e-4)  # the stored scales are at the optimum
+    # here the floor acts: a joint's unconstrained optimum would narrow its band below the
+    # training residual's
+    at_floor = np.isclose(factor, CALIBRATION_FLOOR)
+    free = minimize(
+        mixture_nlpd, np.zeros(robot.n), method="Nelder-Mead",
+        options={"xatol": 1e-8, "fatol": 1e-14},
+    )
+    assert at_floor.any() and np.all(free.x[at_floor] < -1e-3), (factor, free.x)
     before = calibration["validation_nlpd_before"]
     after = calibration["validation_nlpd_after"]
     assert after <= before

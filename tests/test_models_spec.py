@@ -195,3 +195,28 @@ def test_rollout_likelihood_is_fittable_by_svi(rollout_model, trajectories, cart
     uniform = generate_dataset("cartpole", "uniform", seed=0, duration=0.2)
     with pytest.raises(ValueError, match="not trajectories"):
         rollout_model.prepare(uniform)
+
+
+def test_effort_noise_ensemble_fit_round_trips(cartpole, trajectories, tmp_path):
+    """A network hybrid with noise on the effort (``likelihood="forward-effort"``) through the
+    ensemble path: each member's two noise scales profiled, both calibrated on the validation
+    episodes, and the saved result rebuilds the same model."""
+    model = build_model(
+        "diffnea/nn-friction/informative",
+        cartpole,
+        likelihood="forward-effort",
+        nn_width=4,
+        nn_depth=1,
+    )
+    train, valid = trajectories.split((0.7, 0.3), seed=0)
+    fit = fit_svi(
+        model, train, key=0, steps=6, chunk_size=3, restarts=2, validation=valid,
+        num_predictive=0, log_likelihood=False, progress=False,
+    )
+    ens = fit.attrs["ensemble"]
+    assert len(ens["noise_profile"]) == 2 and all(r["converged"] for r in ens["noise_profile"])
+    assert set(ens["noise_calibration"]["factor"]) == {"log_sigma_qdd", "log_sigma_tau"}
+    assert set(model.physical(jax.tree.map(lambda x: x[0], fit.posterior_samples()))) >= {
+        "sigma_qdd", "sigma_tau"
+    }
+    _result_round_trip(model, fit, trajectories, tmp_path / "effort.nc")
