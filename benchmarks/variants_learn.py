@@ -41,6 +41,10 @@ inertia 35 % light (the model's "informative" prior is centred on that wrong URD
     python benchmarks/variants_learn.py [--systems cartpole furuta] [--kinds trajectories
         hardware foreign] [--duration 30] [--episode-duration 5] [--steps 3000] [--variants ...]
         [--noise normal|student-t|student-t-learned|effort]
+
+``--noise effort``: the network hybrids (a rigid-body part and networks) get
+``likelihood="forward-effort"`` (noise on the effort, mapped through the draw's mass matrix, as
+well as on the accelerations); ``ffnn`` and the white-box references keep Normal noise.
 """
 
 from __future__ import annotations
