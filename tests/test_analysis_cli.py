@@ -176,7 +176,9 @@ def test_fit_of_a_network_variant_stops_early_on_held_out_episodes(tmp_path, cap
     # the noise calibrated on the held-out episodes is recorded with the saved result
     calibration = result.attrs["ensemble"]["noise_calibration"]
     assert len(calibration["factor"]["log_sigma_qdd"]) == 2
-    assert calibration["validation_nlpd_after"] <= calibration["validation_nlpd_before"]
+    # (equal to rounding where every factor sits at the floor of 1 and no member was dropped)
+    before = calibration["validation_nlpd_before"]
+    assert calibration["validation_nlpd_after"] <= before + 1e-12 * abs(before)
     assert result.model().spec.student_df is None
     df = result.idata["posterior"]["df_qdd"].values[0]  # (draws, joints), a member's own
     assert df.shape[1] == 2 and np.all(df > 0)
