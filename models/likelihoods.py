@@ -1,6 +1,6 @@
 """Likelihoods, the data they read, and the exact linear forms.
 
-Three likelihoods (``build_model(..., likelihood=...)``, :data:`LIKELIHOOD_NAMES`):
+Four likelihoods (``build_model(..., likelihood=...)``, :data:`LIKELIHOOD_NAMES`):
 
 ``"forward"`` (the DiffNEA paper's loss): ``qdd_obs ~ N(f(q, qd, tau_d), sigma_qdd)`` per sample
     and joint, ``f`` = actuator + ABA of the draw. Observed site ``obs_qdd``. One ABA per sample per
