@@ -476,20 +476,24 @@ class ForwardEffort(Likelihood):
     name: ClassVar[str] = "forward-effort"
     noise_keys: ClassVar[tuple[str, ...]] = ("qdd", "tau")
 
-    def predict(self, model, sample, batch):
-        """Mean (N, n) and Cholesky factor (N, n, n) of each sample's acceleration noise."""
-        f = model.qdd_fn(sample)
+    def noise_tril(self, model, sample, q):
+        """Cholesky factor (N, n, n) of the acceleration noise's covariance ``M(q)^-1
+        diag(sigma_tau^2) M(q)^-T + diag(sigma_qdd^2)`` at positions ``q`` (N, n)."""
         mass = model.mass_matrix_fn(sample)
-        dtype = jnp.result_type(batch.q)
+        dtype = jnp.result_type(q)
         s_tau = model.noise_sigma(sample, "tau", dtype)
         s_qdd = model.noise_sigma(sample, "qdd", dtype)
 
-        def one(q, qd, tau):
+        def one(q):
             A = jnp.linalg.solve(mass(q), jnp.diag(s_tau))  # M^-1 diag(sigma_tau)
-            cov = A @ A.T + jnp.diag(s_qdd**2)
-            return f(q, qd, tau), jnp.linalg.cholesky(cov)
+            return jnp.linalg.cholesky(A @ A.T + jnp.diag(s_qdd**2))
 
-        return jax.vmap(one)(batch.q, batch.qd, batch.tau)
+        return jax.vmap(one)(q)
+
+    def predict(self, model, sample, batch):
+        """Mean (N, n) and Cholesky factor (N, n, n) of each sample's acceleration noise."""
+        mean = jax.vmap(model.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
+        return mean, self.noise_tril(model, sample, batch.q)
 
     def observe(self, model, sample, data, subsample_size):
         with numpyro.plate("data", data.q.shape[0], subsample_size=subsample_size) as idx:
@@ -498,14 +502,10 @@ class ForwardEffort(Likelihood):
             numpyro.sample("obs_qdd", dist.MultivariateNormal(mean, scale_tril=tril), obs=batch.qdd)
 
     def sample_noisy(self, model, sample, q, pred, key):
-        """``pred`` (N, n) plus one draw of the noise at positions ``q`` (N, n): ``M(q)^-1 w +
-        r`` (a posterior-predictive draw of the recorded accelerations)."""
-        mass = model.mass_matrix_fn(sample)
-        s_tau = model.noise_sigma(sample, "tau", pred.dtype)
-        s_qdd = model.noise_sigma(sample, "qdd", pred.dtype)
-        w, r = jax.random.normal(key, (2, *pred.shape), pred.dtype)
-        effort = jax.vmap(lambda a, b: jnp.linalg.solve(mass(a), b * s_tau))(q, w)
-        return pred + effort + r * s_qdd[None, :]
+        """``pred`` (N, n) plus one draw of the noise at positions ``q`` (N, n) (a
+        posterior-predictive draw of the recorded accelerations)."""
+        z = jax.random.normal(key, pred.shape, pred.dtype)
+        return pred + jnp.einsum("kij,kj->ki", self.noise_tril(model, sample, q), z)
 
 
 @dataclasses.dataclass(frozen=True)
