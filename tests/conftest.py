@@ -139,6 +139,11 @@ class Reference:
                 out.append(value)
         return np.array(out)
 
+    def mass_matrix(self, q: np.ndarray) -> np.ndarray:
+        """Pinocchio's CRBA at our joint angles ``q``, symmetric (it fills the upper triangle)."""
+        M = pin.crba(self.model, self.data, self.q_pin(q))
+        return np.triu(M) + np.triu(M, 1).T
+
     def random_states(self, rng: np.random.Generator, count: int):
         n = self.robot.n
         return (

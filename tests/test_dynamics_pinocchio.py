@@ -71,9 +71,7 @@ def test_crba(reference, states, batched):
     q = states[0]
     ours = batched["crba"](q)
     for k in range(SAMPLES):
-        M = pin.crba(reference.model, reference.data, reference.q_pin(q[k]))
-        M = np.triu(M) + np.triu(M, 1).T  # Pinocchio fills the upper triangle only
-        assert_close(ours[k], M)
+        assert_close(ours[k], reference.mass_matrix(q[k]))
 
 
 def test_joint_torque_regressor(reference, states, batched):
@@ -95,8 +93,7 @@ def test_single_state_calls_match_pinocchio(reference, states):
         tau = pin.rnea(model, data, qp, qd[k], qdd[k])
         assert_close(bn.rnea(robot, q[k], qd[k], qdd[k]), tau)
         assert_close(bn.aba(robot, q[k], qd[k], tau), pin.aba(model, data, qp, qd[k], tau))
-        M = pin.crba(model, data, qp)
-        assert_close(bn.crba(robot, q[k]), np.triu(M) + np.triu(M, 1).T)
+        assert_close(bn.crba(robot, q[k]), reference.mass_matrix(q[k]))
         assert_close(
             bn.joint_torque_regressor(robot, q[k], qd[k], qdd[k]),
             pin.computeJointTorqueRegressor(model, data, qp, qd[k], qdd[k]),

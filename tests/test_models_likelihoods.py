@@ -193,10 +193,8 @@ def _pinocchio_effort_moments(furuta, q, qd, tau, s_qdd, s_tau):
     ref = system_reference("furuta")
     means, inverses = [], []
     for a, b, c in zip(*(np.asarray(x, np.float64) for x in (q, qd, tau)), strict=True):
-        qp = ref.q_pin(a)
-        means.append(np.array(pin.aba(ref.model, ref.data, qp, b, c)))
-        M = np.triu(pin.crba(ref.model, ref.data, qp))
-        inverses.append(np.linalg.inv(M + np.triu(M, 1).T))
+        means.append(np.array(pin.aba(ref.model, ref.data, ref.q_pin(a), b, c)))
+        inverses.append(np.linalg.inv(ref.mass_matrix(a)))
     Minv = np.array(inverses)
     return np.array(means), _effort_covariance(Minv, s_qdd, s_tau), Minv
 
