@@ -672,8 +672,9 @@ def test_output_layer_laplace_is_the_conditional_linear_gaussian_posterior():
     # the friction networks' output passes through |.|: not linear in the output layer
     assert build_model("diffnea/nn-friction/weak", robot).output_layer_prior_sd == {}
     assert sorted(build_model("diffnea/nn-residual/weak", robot).output_layer_prior_sd) == [
-        "actuator/residual_net/layers[2].bias",
-        "actuator/residual_net/layers[2].weight",
+        f"actuator/{net}/layers[2].{leaf}"
+        for net in ("residual_joint_net_0", "residual_joint_net_1", "residual_net")
+        for leaf in ("bias", "weight")
     ]
     H = output_layer_hessians(model, data, members, sites)
     sizes = [int(np.prod(members[s].shape[1:])) for s in sites]

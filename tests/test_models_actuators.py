@@ -129,6 +129,63 @@ def test_command_inverts_torque(name, furuta):
     np.testing.assert_allclose(np.asarray(back), np.asarray(tau_d), rtol=1e-12, atol=1e-12)
 
 
+def test_residual_has_joint_local_parts_that_can_jump_at_rest(furuta):
+    """nn-residual = per-joint networks of (qd_i, sign qd_i) + a scaled whole-state network.
+    (1) With the whole-state network's output layer at 0, joint i's torque depends on qd_i
+    alone (finite differences in q and in the other joints' velocities vanish). (2) The joint
+    parts express Coulomb friction exactly, jump at qd = 0 included: weights chosen by hand give
+    ``tau = tau_d - f_c sign(qd)`` (closed form). (3) The whole-state network enters with the
+    documented scale (its output layer's bias b gives ``-tau_scale c b``)."""
+    from models.actuators import RESIDUAL_COUPLED_SCALE
+
+    scales = characteristic_scales(furuta)
+    actuator = make_actuator("nn-residual", furuta, get_prior("weak"), scales)
+    sample = dict(handlers.seed(actuator.sample, 3)(jnp.float64))
+    coupled = actuator.net.name + "/layers[2]."
+    for k in (coupled + "weight", coupled + "bias"):
+        sample[k] = jnp.zeros_like(sample[k])
+    q, qd = _states(furuta, 13)
+    tau_d = jax.random.normal(jax.random.key(14), q.shape, q.dtype)
+
+    def torque(s, a, b):
+        return np.asarray(jax.vmap(lambda t, x, v: actuator.torque(s, t, x, v))(tau_d, a, b))
+
+    base, h = torque(sample, q, qd), 1e-6
+    moving = np.abs(qd) > 1e-3  # away from the jump
+    for j in range(furuta.n):
+        dq = torque(sample, q.at[:, j].add(h), qd)
+        np.testing.assert_allclose(dq, base, rtol=0, atol=1e-12)
+        dqd = torque(sample, q, qd.at[:, j].add(h))
+        other = [i for i in range(furuta.n) if i != j]
+        np.testing.assert_allclose(dqd[:, other], base[:, other], rtol=0, atol=1e-12)
+        assert np.any(np.abs(dqd[moving[:, j], j] - base[moving[:, j], j]) > 1e-12)
+
+    # Coulomb by hand: hidden layer 0 unit 0 = tanh(w sign), unit 1.. = 0; layer 1 passes unit
+    # 0 through tanh again; the output divides the two tanh gains away
+    f_c = np.array([0.004, 0.0007])
+    w = 2.0
+    tau_scale = np.asarray(scales.tau)
+    for i, net in enumerate(actuator.joint_nets):
+        p = net.name + "/layers["
+        for k in list(sample):
+            if k.startswith(net.name + "/"):
+                sample[k] = jnp.zeros_like(sample[k])
+        sample[p + "0].weight"] = sample[p + "0].weight"].at[0, 1].set(w)
+        sample[p + "1].weight"] = sample[p + "1].weight"].at[0, 0].set(w)
+        gain = np.tanh(w * np.tanh(w))
+        sample[p + "2].weight"] = sample[p + "2].weight"].at[0, 0].set(f_c[i] / tau_scale[i] / gain)
+    np.testing.assert_allclose(
+        torque(sample, q, qd), np.asarray(tau_d) - f_c[None] * np.sign(qd), rtol=1e-12, atol=1e-15
+    )
+    sample[coupled + "bias"] = jnp.array([0.3, -0.2])
+    np.testing.assert_allclose(
+        torque(sample, q, qd),
+        np.asarray(tau_d) - f_c[None] * np.sign(qd)
+        - (tau_scale * RESIDUAL_COUPLED_SCALE * np.array([0.3, -0.2]))[None],
+        rtol=1e-12, atol=1e-15,
+    )
+
+
 def test_ffnn_actuator_has_no_inverse(furuta):
     actuator = make_actuator("ffnn", furuta, get_prior("weak"), characteristic_scales(furuta))
     assert not actuator.invertible
