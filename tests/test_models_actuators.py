@@ -186,6 +186,30 @@ def test_residual_has_joint_local_parts_that_can_jump_at_rest(furuta):
     )
 
 
+def test_ffnn_actuator_is_the_command_plus_a_network(furuta):
+    """``tau = tau_d + tau_scale f_NN``: with the output layer at 0 the FF-NN actuator is the ideal
+    one; the output bias b adds ``tau_scale b`` at every state."""
+    scales = characteristic_scales(furuta)
+    actuator = make_actuator("ffnn", furuta, get_prior("weak"), scales)
+    sample = dict(handlers.seed(actuator.sample, 4)(jnp.float64))
+    out = actuator.net.name + "/layers[2]."
+    sample[out + "weight"] = jnp.zeros_like(sample[out + "weight"])
+    sample[out + "bias"] = jnp.zeros_like(sample[out + "bias"])
+    q, qd = _states(furuta, 15)
+    tau_d = jax.random.normal(jax.random.key(16), q.shape, q.dtype)
+
+    def torque(s):
+        return np.asarray(jax.vmap(lambda t, a, b: actuator.torque(s, t, a, b))(tau_d, q, qd))
+
+    np.testing.assert_array_equal(torque(sample), np.asarray(tau_d))
+    sample[out + "bias"] = jnp.array([0.5, -1.0])
+    np.testing.assert_allclose(
+        torque(sample),
+        np.asarray(tau_d) + (np.asarray(scales.tau) * np.array([0.5, -1.0]))[None],
+        rtol=1e-12, atol=1e-15,
+    )
+
+
 def test_ffnn_actuator_has_no_inverse(furuta):
     actuator = make_actuator("ffnn", furuta, get_prior("weak"), characteristic_scales(furuta))
     assert not actuator.invertible
