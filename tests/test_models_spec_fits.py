@@ -68,6 +68,14 @@ def test_old_format_results_are_refused(cartpole, trajectories, tmp_path):
     save_result(fit, tmp_path / "old.nc")
     with pytest.raises(ValueError, match="format 1.*fit it again"):
         load_result(tmp_path / "old.nc")
+    # format 2 is read, but for the actuators whose networks changed in format 3
+    fit.idata.attrs["schema_version"] = 2
+    save_result(fit, tmp_path / "two.nc")
+    assert load_result(tmp_path / "two.nc").variant == "diffnea/ideal/informative"
+    fit.idata.attrs["variant"] = "diffnea/nn-residual/informative"
+    save_result(fit, tmp_path / "two-residual.nc")
+    with pytest.raises(ValueError, match="format 2, whose 'nn-residual' actuator.*fit it again"):
+        load_result(tmp_path / "two-residual.nc")
 
 
 @pytest.mark.slow
