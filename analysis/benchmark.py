@@ -27,6 +27,7 @@ from analysis.cells import fit_cell, grid_dataset_options
 from analysis.resources import pin_local_workers, release_compiled_programs
 from data.io import remove_stale_temporaries, write_json_atomic
 from models import variant_names
+from models.actuators import NETWORK_FORMAT, reshaped_since
 
 SYSTEMS = ("cartpole", "furuta")
 DATASET_KINDS = ("uniform", "trajectories", "hardware")
@@ -256,12 +257,14 @@ def _cell_settings(settings: dict) -> dict:
 def _finished(record: dict | None, cell: dict, settings: dict) -> bool:
     """Whether ``record`` is a finished computation of ``cell`` (its dataset options included)
     under ``settings`` (the grid's axes, :data:`GRID_AXES`, aside): kept on resume instead of
-    computed again."""
+    computed again. A record of a network actuator whose structure changed since it was computed
+    (``models.actuators.reshaped_since``) is not finished."""
     return bool(
         record
         and record["status"] == "ok"
         and _cell_settings(record.get("settings") or {}) == _cell_settings(settings)
         and record.get("cell") == cell
+        and not reshaped_since(cell["variant"], record.get("network_format", 1))
     )
 
 
@@ -324,7 +327,8 @@ def _run_cell(
         if _finished(record, cell, settings):
             return "done", record
         record = run_and_record(
-            lambda: cell_fn(cell, settings), path, schema=CELL_SCHEMA, cell=cell, settings=settings
+            lambda: cell_fn(cell, settings), path, schema=CELL_SCHEMA, cell=cell,
+            settings=settings, network_format=NETWORK_FORMAT,
         )
         # a worker runs cell after cell, each with its own models: their compiled programs would
         # pile up until the kernel's mapping limit kills the process (analysis.resources)

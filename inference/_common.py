@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from inference._validate import fingerprint, variant_name
+from models.actuators import NETWORK_FORMAT
 
 
 def raw_key(key) -> tuple[jax.Array, int | None]:
@@ -79,4 +80,5 @@ def base_attrs(bayes_model, data, *, method: str, seed, summary) -> dict:
         "n_joints": int(np.shape(data.q)[-1]),
         "data_dtype": str(np.asarray(data.q).dtype),
         "data_fingerprint": fingerprint(data),
+        "network_format": NETWORK_FORMAT,
     }

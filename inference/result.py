@@ -44,13 +44,9 @@ import bayes_nea as bn
 from bayes_nea.spatial import THETA_NAMES
 from data.io import checksum_arrays, write_atomic
 from models import ModelSpec, build
+from models.actuators import NETWORK_FORMAT, reshaped_since
 
-SCHEMA_VERSION = 3
-"""Format of a saved result. 2: the complete model spec is stored (``model_spec``); 3: the
-``nn-residual`` actuator has per-joint networks and the ``ffnn`` actuator adds its network to the
-command (``models.actuators``). A format-2 result is still read unless its actuator is one of
-those (:data:`CHANGED_IN_FORMAT_3`), whose stored weights the current model would misread."""
-CHANGED_IN_FORMAT_3 = ("nn-residual", "ffnn")
+SCHEMA_VERSION = 2  # 2: the complete model spec is stored (``model_spec``)
 INERTIA_COMPONENTS = ("I_xx", "I_xy", "I_yy", "I_xz", "I_yz", "I_zz")
 XYZ = ("x", "y", "z")
 METHODS = ("svi", "nuts")
@@ -473,10 +469,10 @@ def result_from_tree(tree: xr.DataTree) -> FitResult:
         version = int(version)
     except (TypeError, ValueError):
         raise ValueError("not a bayes-nea fit result (no valid schema_version attribute)") from None
-    if version not in (2, SCHEMA_VERSION):
+    if version != SCHEMA_VERSION:
         raise ValueError(
-            f"this result was written in format {version} and this bayes-nea reads formats 2 "
-            f"and {SCHEMA_VERSION} (format 1 did not store the complete model spec, so its model "
+            f"this result was written in format {version} and this bayes-nea reads format "
+            f"{SCHEMA_VERSION} (format 1 did not store the complete model spec, so its model "
             "cannot be rebuilt exactly): fit it again"
         )
     missing = [k for k in ("variant", "system", "method") if k not in tree.attrs]
@@ -485,14 +481,14 @@ def result_from_tree(tree: xr.DataTree) -> FitResult:
             f"not a complete bayes-nea fit result (missing attributes {missing}"
             f"{'' if 'posterior' in tree.children else ' and the posterior group'})"
         )
-    parts = str(tree.attrs["variant"]).split("/")  # family/actuator/prior, or a family alone
-    actuator = parts[1] if len(parts) == 3 else None
-    if version == 2 and actuator in CHANGED_IN_FORMAT_3:
+    network_format = int(tree.attrs.get("network_format", 1))
+    if reshaped_since(tree.attrs["variant"], network_format):
         raise ValueError(
-            f"this result ({tree.attrs['variant']}) was written in format 2, whose "
-            f"{actuator!r} actuator had another network structure than this bayes-nea's "
-            f"(format {SCHEMA_VERSION}: models.actuators); its weights cannot be read into "
-            "the current model: fit it again"
+            f"this result ({tree.attrs['variant']}) was fitted with network format "
+            f"{network_format}, whose {tree.attrs['variant'].split('/')[1]!r} actuator had "
+            f"another structure than this bayes-nea's (format {NETWORK_FORMAT}, "
+            "models.actuators.NETWORK_FORMAT); its weights cannot be read into the current "
+            "model: fit it again"
         )
     return FitResult(
         idata=tree,

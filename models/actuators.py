@@ -339,6 +339,21 @@ class NNFriction(_Network, _Friction):
         return -jnp.sign(qd) * self._tau_scale(qd.dtype) * magnitude
 
 
+NETWORK_FORMAT = 2
+"""Version of the network actuators' structure, stored with every fit and grid cell. 2: the
+``nn-residual`` actuator has per-joint networks and the ``ffnn`` actuator adds its network to the
+command; a fit or cell of an earlier version with one of :data:`RESHAPED_ACTUATORS` holds weights
+the current model would misread (``inference.result``, ``analysis.benchmark`` refit it)."""
+RESHAPED_ACTUATORS = ("nn-residual", "ffnn")
+
+
+def reshaped_since(variant: str, network_format: int) -> bool:
+    """Whether a fit of ``variant`` (``family/actuator/prior`` or a family alone) made at
+    ``network_format`` has weights that the current :data:`NETWORK_FORMAT` reads differently."""
+    parts = str(variant).split("/")
+    return network_format < NETWORK_FORMAT and len(parts) == 3 and parts[1] in RESHAPED_ACTUATORS
+
+
 RESIDUAL_COUPLED_SCALE = 0.1
 """Output scale of :class:`NNResidual`'s whole-state network relative to its per-joint ones (in
 units of ``tau_scale``). Measured on the hardware-like cart-pole (seed 2, held-out NMSE cart /

@@ -27,6 +27,7 @@ from analysis.benchmark import (
 )
 from data.io import write_json_atomic
 from data.simulate import MEASUREMENT_NOISE
+from models.actuators import NETWORK_FORMAT
 
 pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
 
@@ -166,6 +167,23 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
     assert fourth.ran == (stale_id,)
     assert fourth.kept == (cell_id("cartpole", "trajectories", VARIANTS[2]),)
     assert read_cell(stale)["cell"]["data"] == MEASUREMENT_NOISE
+    # a record from before the network actuators' last change (no network_format): kept for
+    # other actuators, computed again for those whose networks changed
+    reshaped = "toy/nn-residual/prior"
+    one_cell = {"systems": ("cartpole",), "datasets": ("uniform",)}
+    assert in_process(**one_cell, variants=(reshaped,)).ran == (
+        cell_id("cartpole", "uniform", reshaped),
+    )
+    for variant in (VARIANTS[2], reshaped):
+        path = out / "cells" / f"{cell_id('cartpole', 'uniform', variant)}.json"
+        record = read_cell(path)
+        assert record["network_format"] == NETWORK_FORMAT
+        del record["network_format"]
+        write_json_atomic(path, record)
+    rerun = in_process(**one_cell, variants=(VARIANTS[2], reshaped))
+    assert rerun.kept == (stale_id,)
+    assert rerun.ran == (cell_id("cartpole", "uniform", reshaped),)
+    assert in_process(**one_cell, variants=(reshaped,)).kept == rerun.ran
     # more dataset seeds: the cells of the seeds already run are kept, only the new seed runs
     seeded = in_process(
         systems=("cartpole",),
@@ -183,7 +201,7 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
         svi_steps=7,
     )
     assert len(third.ran) == 2 and not third.kept
-    assert len(load_records(out)) == 157
+    assert len(load_records(out)) == 158
 
 
 def test_resume_after_killed_run(tmp_path, cell_module):

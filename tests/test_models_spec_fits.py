@@ -14,7 +14,9 @@ from numpyro.infer.util import log_density
 import bayes_nea as bn
 from data import generate_dataset
 from inference import fit_nuts, fit_svi, load_result, save_result
+from inference.result import SCHEMA_VERSION
 from models import Inverse, ModelData, build_model, model_data
+from models.actuators import NETWORK_FORMAT
 
 pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
 
@@ -68,14 +70,18 @@ def test_old_format_results_are_refused(cartpole, trajectories, tmp_path):
     save_result(fit, tmp_path / "old.nc")
     with pytest.raises(ValueError, match="format 1.*fit it again"):
         load_result(tmp_path / "old.nc")
-    # format 2 is read, but for the actuators whose networks changed in format 3
-    fit.idata.attrs["schema_version"] = 2
-    save_result(fit, tmp_path / "two.nc")
-    assert load_result(tmp_path / "two.nc").variant == "diffnea/ideal/informative"
+    # a fit from before the network actuators' last change: read unless it is of one of them
+    fit.idata.attrs["schema_version"] = SCHEMA_VERSION
+    del fit.idata.attrs["network_format"]
+    save_result(fit, tmp_path / "before.nc")
+    assert load_result(tmp_path / "before.nc").variant == "diffnea/ideal/informative"
     fit.idata.attrs["variant"] = "diffnea/nn-residual/informative"
-    save_result(fit, tmp_path / "two-residual.nc")
-    with pytest.raises(ValueError, match="format 2, whose 'nn-residual' actuator.*fit it again"):
-        load_result(tmp_path / "two-residual.nc")
+    save_result(fit, tmp_path / "before-residual.nc")
+    with pytest.raises(ValueError, match="network format 1, whose 'nn-residual'.*fit it again"):
+        load_result(tmp_path / "before-residual.nc")
+    fit.idata.attrs["network_format"] = NETWORK_FORMAT
+    save_result(fit, tmp_path / "now.nc")
+    assert load_result(tmp_path / "now.nc").attrs["network_format"] == NETWORK_FORMAT
 
 
 @pytest.mark.slow
