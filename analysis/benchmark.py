@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from analysis.cells import fit_cell, grid_dataset_options
-from analysis.resources import pin_local_workers, release_compiled_programs
+from analysis.resources import release_compiled_programs, sweep_client
 from data.io import remove_stale_temporaries, write_json_atomic
 from models import variant_names
 from models.actuators import NETWORK_FORMAT, reshaped_since
@@ -408,7 +408,7 @@ def run_benchmark(
     run is computing and reports them as kept. Only temporaries of dead writers are removed.
     """
     # dask is imported here on purpose: it costs ~1 s and only the sweep itself needs it
-    from dask.distributed import Client, LocalCluster, as_completed
+    from dask.distributed import as_completed
 
     settings = get_settings(setting, **overrides)
     settings_dict = settings.to_dict()
@@ -450,57 +450,43 @@ def run_benchmark(
             flush=True,
         )
     if todo:
-        if scheduler is None:
-            cluster = LocalCluster(
-                n_workers=n_workers or os.cpu_count() or 1,
-                threads_per_worker=1,
-                processes=processes,
-                dashboard_address=None,
-            )
-            client = Client(cluster, set_as_default=False)
-            if processes:
-                pin_local_workers(client, len(cluster.workers))
-        else:
-            cluster = None
-            client = Client(scheduler, set_as_default=False)
-        futures = []
-        try:
-            # first pass: cells locked by another run are left to it ("busy"); second pass: wait
-            # for their locks and take the other run's record (or compute a cell it failed)
-            for wait in (False, True):
-                futures = [
-                    client.submit(
-                        _run_cell,
-                        cell_fn,
-                        cell,
-                        settings_dict,
-                        str(cells_dir / f"{cell['id']}.json"),
-                        wait,
-                        key=f"cell-{cell['id']}{'-wait' if wait else ''}",
-                        pure=False,
-                    )
-                    for cell in todo
-                ]
-                for future in as_completed(futures, loop=client.loop):
-                    outcome, record = future.result()  # an interrupt inside a cell propagates
-                    if outcome == "busy":
-                        continue
-                    cid = record["cell"]["id"]
-                    records[cid] = record
-                    (ran if outcome == "ran" else kept).append(cid)
-                    failed += record["status"] != "ok"
-                    if progress:
-                        line = _progress_line(len(records), total, len(kept), started, failed)
-                        print(line, end="", file=sys.stderr, flush=True)
-                todo = [c for c in todo if c["id"] not in records]
-                if not todo:
-                    break
-        finally:
-            for future in futures:
-                future.cancel()
-            client.close()
-            if cluster is not None:
-                cluster.close()
+        with sweep_client(scheduler, n_workers, processes=processes) as client:
+            futures = []
+            try:
+                # first pass: cells locked by another run are left to it ("busy"); second pass:
+                # wait for their locks and take the other run's record (or compute a cell it
+                # failed)
+                for wait in (False, True):
+                    futures = [
+                        client.submit(
+                            _run_cell,
+                            cell_fn,
+                            cell,
+                            settings_dict,
+                            str(cells_dir / f"{cell['id']}.json"),
+                            wait,
+                            key=f"cell-{cell['id']}{'-wait' if wait else ''}",
+                            pure=False,
+                        )
+                        for cell in todo
+                    ]
+                    for future in as_completed(futures, loop=client.loop):
+                        outcome, record = future.result()  # an interrupt in a cell propagates
+                        if outcome == "busy":
+                            continue
+                        cid = record["cell"]["id"]
+                        records[cid] = record
+                        (ran if outcome == "ran" else kept).append(cid)
+                        failed += record["status"] != "ok"
+                        if progress:
+                            line = _progress_line(len(records), total, len(kept), started, failed)
+                            print(line, end="", file=sys.stderr, flush=True)
+                    todo = [c for c in todo if c["id"] not in records]
+                    if not todo:
+                        break
+            finally:
+                for future in futures:
+                    future.cancel()
     if progress:
         print(file=sys.stderr)
     return BenchmarkRun(

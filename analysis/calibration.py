@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import sys
 import time
 import zlib
@@ -42,8 +41,8 @@ from scipy import stats
 import bayes_nea as bn
 from analysis.benchmark import read_cell, run_and_record
 from analysis.plots import plt
-from analysis.resources import pin_local_workers
-from data.io import write_atomic
+from analysis.resources import sweep_client
+from data.io import remove_stale_temporaries, write_atomic
 from inference import laplace_inverse_mass
 from inference.polish import polish_map_batched
 from models import ModelData, build_model
@@ -338,15 +337,14 @@ def run_calibration(
     Returns the finished batch records of the requested grid.
     """
     # dask is imported here on purpose: only the sweep itself needs it
-    from dask.distributed import Client, LocalCluster, as_completed
+    from dask.distributed import as_completed
 
     if replicates < 1:
         raise ValueError(f"replicates must be >= 1, got {replicates}")
     settings_dict = (settings or CalibrationSettings()).to_dict()
     rep_dir = Path(out_dir) / "batches"
     rep_dir.mkdir(parents=True, exist_ok=True)
-    for stale in rep_dir.glob(".*.tmp"):
-        stale.unlink()
+    remove_stale_temporaries(rep_dir)  # of killed runs only: a live one may write here too
     n_batches = -(-replicates // settings_dict["batch_size"])
     grid = [(s, v, b) for s in systems for v in variants for b in range(n_batches)]
     records, todo = {}, []
@@ -369,49 +367,37 @@ def run_calibration(
     started = time.perf_counter()
     kept = len(records)
     if todo:
-        if scheduler is None:
-            cluster = LocalCluster(
-                n_workers=n_workers or os.cpu_count() or 1,
-                threads_per_worker=1,
-                dashboard_address=None,
-            )
-            client = Client(cluster, set_as_default=False)
-            pin_local_workers(client, len(cluster.workers))
-        else:
-            cluster, client = None, Client(scheduler, set_as_default=False)
-        futures = []
-        try:
-            futures = [
-                client.submit(
-                    _run_one,
-                    *cell,
-                    settings_dict,
-                    str(rep_dir / f"{batch_id(*cell)}.json"),
-                    key=f"sbc-{batch_id(*cell)}",
-                    pure=False,
-                )
-                for cell in todo
-            ]
-            for future in as_completed(futures, loop=client.loop):
-                record = future.result()
-                if record["status"] == "ok":
-                    records[(record["system"], record["variant"], record["batch"])] = record
-                if progress:
-                    done, total = len(records), len(grid)
-                    ran = done - kept
-                    left = (time.perf_counter() - started) / max(ran, 1) * (total - done)
-                    print(
-                        f"\rSBC {done}/{total} batches ({kept} kept)  left ~{left / 60:.0f} min",
-                        end="",
-                        file=sys.stderr,
-                        flush=True,
+        with sweep_client(scheduler, n_workers) as client:
+            futures = []
+            try:
+                futures = [
+                    client.submit(
+                        _run_one,
+                        *cell,
+                        settings_dict,
+                        str(rep_dir / f"{batch_id(*cell)}.json"),
+                        key=f"sbc-{batch_id(*cell)}",
+                        pure=False,
                     )
-        finally:
-            for future in futures:
-                future.cancel()
-            client.close()
-            if cluster is not None:
-                cluster.close()
+                    for cell in todo
+                ]
+                for future in as_completed(futures, loop=client.loop):
+                    record = future.result()
+                    if record["status"] == "ok":
+                        records[(record["system"], record["variant"], record["batch"])] = record
+                    if progress:
+                        done, total = len(records), len(grid)
+                        ran = done - kept
+                        left = (time.perf_counter() - started) / max(ran, 1) * (total - done)
+                        print(
+                            f"\rSBC {done}/{total} batches ({kept} kept)  left ~{left / 60:.0f} min",
+                            end="",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+            finally:
+                for future in futures:
+                    future.cancel()
         if progress:
             print(file=sys.stderr)
     return [records[c] for c in grid if c in records]

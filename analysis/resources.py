@@ -12,17 +12,19 @@ the identifiable-model tests in one process died at 65,531 maps after ~7 minutes
 holds more than a fraction of the limit; later calls compile again (or read the persistent
 compilation cache).
 
-:func:`pin_local_workers` gives each worker process of a local dask cluster its own share of the
-cores: XLA's CPU runtime splits large operations over a thread pool as wide as the cores a
-process may use, so two unpinned workers on two cores run four busy threads (measured, 8
-quick-grid cells, 2 cores: 246 s of summed cell time with 2 unpinned workers against 200 s one
-after the other on one pinned core). A one-thread pool rounds some operations differently, so
-a pinned run's network fits can differ from an unpinned one's in the last bits and, after many
-optimiser steps, beyond (docs/measurements.md).
+:func:`sweep_client` opens the dask client of a sweep (the benchmark grid, the calibration): a
+running scheduler's, or a local cluster of one-thread workers, each pinned to its own cores by
+:func:`pin_local_workers`, for XLA's CPU runtime splits large operations over a thread pool as
+wide as the cores a process may use, so two unpinned workers on two cores run four busy threads
+(measured, 8 quick-grid cells, 2 cores: 246 s of summed cell time with 2 unpinned workers
+against 200 s one after the other on one pinned core). A one-thread pool rounds some operations
+differently, so a pinned run's network fits can differ from an unpinned one's in the last bits
+and, after many optimiser steps, beyond (docs/measurements.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 
@@ -103,3 +105,38 @@ def pin_local_workers(client, n_workers: int) -> None:
     workers = sorted(client.scheduler_info()["workers"])
     for index, address in enumerate(workers):
         client.run(pin_to_cpus, worker_cpus(index, len(workers), cpus), workers=[address])
+
+
+@contextlib.contextmanager
+def sweep_client(scheduler: str | None = None, n_workers: int | None = None, *, processes=True):
+    """The dask ``Client`` of a sweep, closed on exit (with its cluster where it made one).
+
+    ``scheduler``: a running scheduler's address (``"tcp://host:8786"``); None starts a
+    ``LocalCluster(n_workers, threads_per_worker=1, processes=processes)`` (``n_workers``
+    default: the number of CPU cores) whose worker processes are pinned
+    (:func:`pin_local_workers`). The client is never made the process's default, so a sweep
+    leaves no client behind for later dask work in the same process.
+    """
+    # dask is imported here on purpose: it costs ~1 s and only the sweeps need it
+    from dask.distributed import Client, LocalCluster
+
+    cluster = client = None
+    try:
+        if scheduler is None:
+            cluster = LocalCluster(
+                n_workers=n_workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=processes,
+                dashboard_address=None,
+            )
+            client = Client(cluster, set_as_default=False)
+            if processes:
+                pin_local_workers(client, len(cluster.workers))
+        else:
+            client = Client(scheduler, set_as_default=False)
+        yield client
+    finally:
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()

@@ -430,20 +430,19 @@ def test_worker_cpus_share_the_cores():
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="Linux only")
 def test_local_workers_are_pinned_to_their_own_cores():
-    """Every thread of each local worker process runs on that worker's share of the CPUs, and
-    the shares of two workers do not overlap (where the machine has two CPUs or more)."""
+    """A sweep's local cluster (``sweep_client``, as the grid and the calibration open it): every
+    thread of each worker process runs on that worker's share of the CPUs, the shares of two
+    workers do not overlap (where the machine has two CPUs or more), and the client is closed
+    on exit."""
     import os
 
-    from dask.distributed import Client, LocalCluster
-
-    from analysis.resources import pin_local_workers
+    from analysis.resources import sweep_client
 
     cpus = sorted(os.sched_getaffinity(0))
     n = min(2, len(cpus))
-    with LocalCluster(n_workers=n, threads_per_worker=1, dashboard_address=None) as cluster:
-        with Client(cluster, set_as_default=False) as client:
-            pin_local_workers(client, n)
-            per_worker = list(client.run(_thread_affinities).values())
+    with sweep_client(n_workers=n) as client:
+        per_worker = list(client.run(_thread_affinities).values())
+    assert client.status == "closed"
     shares = [w[0] for w in per_worker]
     assert all(len(w) == 1 for w in per_worker)  # every thread of a worker: one CPU set
     assert sorted(c for s in shares for c in s) == cpus[: sum(len(s) for s in shares)]
