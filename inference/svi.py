@@ -357,6 +357,36 @@ def _start_points(bayes_model, key, restarts: int):
     return [bayes_model.start_sample(k) for k in jax.random.split(key, restarts)]
 
 
+def _white_box_start(bayes_model, observations, *, key, steps, learning_rate, progress):
+    """``(values, record)``: the rigid-body start of a model whose ``white_box_start()`` names
+    one (``models.BayesianModel.white_box_start``: weak-prior hybrids), the Newton-polished MAP
+    of its white-box counterpart started from a prior draw; None otherwise. ``record`` (JSON-able)
+    names the counterpart and says whether its MAP was a checked stationary point."""
+    staged = bayes_model.white_box_start()
+    if staged is None:
+        return None
+    model, sites = staged
+    started = time.perf_counter()
+    fit = fit_svi(
+        model,
+        observations,
+        key=key,
+        steps=steps,
+        learning_rate=learning_rate,
+        polish=True,
+        progress=progress,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    record = {
+        "variant": model.spec.name,
+        "sites": list(sites),
+        "map_converged": bool((fit.attrs.get("convergence") or {}).get("converged")),
+        "seconds": time.perf_counter() - started,
+    }
+    return point_values(fit, sites), record
+
+
 def _init_starts(bayes_model, make_guide, opt, elbo, data, *, key, starts, model_kwargs):
     """One SVI object and guide and an initial state per start. ``starts``: init_loc_fns or
     ``{site: value}`` points, several only as points (delta guides). The guide is placed at the
@@ -945,6 +975,23 @@ def fit_svi(
         inits = [init_to_value(values=values)]
     else:
         starts = _start_points(bayes_model, k_start, restarts)
+        staged = (
+            _white_box_start(
+                bayes_model,
+                observations,
+                key=jax.random.fold_in(k_start, 1),
+                steps=steps,
+                learning_rate=learning_rate,
+                progress=progress,
+            )
+            if starts is not None and hasattr(bayes_model, "white_box_start")
+            else None
+        )
+        if staged is not None:
+            values, settings["white_box_start"] = staged
+            starts = [
+                {**p, **{k: jnp.asarray(v, p[k].dtype) for k, v in values.items()}} for p in starts
+            ]
         inits = (
             [init_to_mean()]
             if starts is None

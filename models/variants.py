@@ -216,6 +216,30 @@ class BayesianModel:
         out.update({s.site: s.init(dtype) for s in self.noise_sites})
         return out
 
+    def white_box_start(self) -> tuple[BayesianModel, tuple[str, ...]] | None:
+        """Where inference starts this model's rigid body: ``(model, sites)``, the same spec with
+        the ``viscous`` actuator in place of the network one, whose MAP gives the start values of
+        ``sites`` (the family's latent sites: inertia, and placements where learned); None where
+        the rigid body starts at the prior median (a prior with ``starts_at_median``) or the
+        model has no rigid body or no network actuator.
+
+        From a weak-prior draw the rigid body and the actuator's networks rarely find the data's
+        mode together: in the quick grid (1,000 steps) the Furuta's weak-prior ``nn-friction`` and
+        ``nn-residual`` hybrids ended at held-out NMSE 0.29-0.74 where the informative ones reach
+        1e-7-0.03 (3,000 steps did not help: 0.26 / 0.38); started from the white-box MAP,
+        Furuta trajectories ``diffnea/nn-friction/weak`` reached 0.00076 / 0.00021 (docs/
+        measurements.md, "Weak-prior hybrids start from the white-box MAP"). The white-box MAP
+        itself starts from a prior draw: "without prior" stays a random initialisation.
+        """
+        if (
+            self.prior.starts_at_median
+            or not self.family.white_box
+            or not getattr(self.actuator, "nets", ())
+        ):
+            return None
+        sites = tuple(self.family.init_sample(jax.random.key(0), jnp.result_type(float)))
+        return build(self.spec.replace(actuator="viscous")), sites
+
     @property
     def has_networks(self) -> bool:
         """Whether any latent site is a network weight (the FF-NN family or a network actuator)."""

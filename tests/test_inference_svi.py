@@ -804,3 +804,52 @@ def test_learned_student_df_is_profiled_per_member_and_kept_by_the_calibration()
     factor = np.asarray(record["factor"]["log_sigma_qdd"])
     scaled = np.asarray(jax.vmap(model.physical)(calibrated)["sigma_qdd"])
     np.testing.assert_allclose(scaled / sigma, np.broadcast_to(factor, sigma.shape), rtol=1e-10)
+
+
+def test_weak_prior_hybrids_start_their_rigid_body_at_the_white_box_map():
+    """A weak-prior hybrid (a rigid body drawn from a broad prior, networks in the actuator)
+    starts its members' inertia at the Newton-polished MAP of the same model with viscous
+    friction (``BayesianModel.white_box_start``): on data of the nominal cart-pole that start's
+    base parameters are those of the truth, where the prior draw it replaces is far off.
+    Informative hybrids (nominal start), white-box models and the black box are not staged."""
+    from inference.svi import _white_box_start
+    from models import ModelData, build_model
+
+    robot = bn.get_system("cartpole")
+    for name in ("diffnea/nn-friction/informative", "diffnea/viscous/weak", "ffnn", "nea"):
+        assert build_model(name, robot).white_box_start() is None, name
+    assert build_model("nokin-diffnea/ffnn/weak", robot).white_box_start()[1] == (
+        "inertia_z", "rpy_z", "xyz_z"
+    )
+    model = build_model("diffnea/nn-friction/weak", robot)
+    counterpart, sites = model.white_box_start()
+    assert counterpart.spec.name == "diffnea/viscous/weak" and sites == ("inertia_z",)
+    assert counterpart.spec.replace(actuator="nn-friction") == model.spec
+    # data of the nominal robot with viscous friction, 1 % acceleration noise
+    q, qd, _ = bn.sample_states(robot, 7, 200)
+    tau = 5.0 * jax.random.normal(jax.random.key(8), q.shape, q.dtype)
+    damping = jnp.asarray([2.0, 0.005])
+    qdd = jax.vmap(lambda a, b, t: bn.aba(robot, a, b, t - damping * b))(q, qd, tau)
+    qdd = qdd + 0.01 * jnp.std(qdd, axis=0) * jax.random.normal(jax.random.key(9), qdd.shape)
+    data = ModelData(q, qd, qdd, tau)
+    to_base = np.asarray(bn.base_parameters(robot, 0).to_base)
+
+    def base(inertia_z):
+        theta = counterpart.family.params({"inertia_z": jnp.asarray(inertia_z)}).theta
+        return to_base @ np.asarray(theta).reshape(-1)
+
+    truth = to_base @ np.asarray(robot.nominal.theta).reshape(-1)
+    values, record = _white_box_start(
+        model, data, key=jax.random.key(0), steps=300, learning_rate=0.01, progress=False
+    )
+    assert record["variant"] == "diffnea/viscous/weak" and record["sites"] == ["inertia_z"]
+    scale = np.abs(truth).max()
+    assert np.abs(base(values["inertia_z"]) - truth).max() < 0.01 * scale
+    draw = model.start_sample(jax.random.key(0))["inertia_z"]
+    assert np.abs(base(draw) - truth).max() > 0.1 * scale
+    # fit_svi starts every member there and records it (20 steps move the members a little:
+    # their friction networks start at prior draws)
+    fit = fit_svi(model, data, key=0, steps=20, restarts=2, **FAST)
+    assert fit.attrs["settings"]["white_box_start"]["variant"] == "diffnea/viscous/weak"
+    for m in np.asarray(fit.ensemble_members()["inertia_z"]):
+        assert np.abs(base(m) - truth).max() < 0.1 * scale
