@@ -28,6 +28,7 @@ from analysis.resources import release_compiled_programs, sweep_client
 from data.io import remove_stale_temporaries, write_json_atomic
 from models import variant_names
 from models.actuators import NETWORK_FORMAT, reshaped_since
+from models.variants import START_FORMAT, start_changed_since
 
 SYSTEMS = ("cartpole", "furuta")
 DATASET_KINDS = ("uniform", "trajectories", "hardware")
@@ -258,13 +259,15 @@ def _finished(record: dict | None, cell: dict, settings: dict) -> bool:
     """Whether ``record`` is a finished computation of ``cell`` (its dataset options included)
     under ``settings`` (the grid's axes, :data:`GRID_AXES`, aside): kept on resume instead of
     computed again. A record of a network actuator whose structure changed since it was computed
-    (``models.actuators.reshaped_since``) is not finished."""
+    (``models.actuators.reshaped_since``) or whose start point did
+    (``models.variants.start_changed_since``) is not finished."""
     return bool(
         record
         and record["status"] == "ok"
         and _cell_settings(record.get("settings") or {}) == _cell_settings(settings)
         and record.get("cell") == cell
         and not reshaped_since(cell["variant"], record.get("network_format", 1))
+        and not start_changed_since(cell["variant"], record.get("start_format", 1))
     )
 
 
@@ -328,7 +331,7 @@ def _run_cell(
             return "done", record
         record = run_and_record(
             lambda: cell_fn(cell, settings), path, schema=CELL_SCHEMA, cell=cell,
-            settings=settings, network_format=NETWORK_FORMAT,
+            settings=settings, network_format=NETWORK_FORMAT, start_format=START_FORMAT,
         )
         # a worker runs cell after cell, each with its own models: their compiled programs would
         # pile up until the kernel's mapping limit kills the process (analysis.resources)

@@ -306,6 +306,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             "members_weighted": members,
             "member_training_nll": fit.attrs["ensemble"].get("member_training_nll"),
             "member_validation_nll": calibration.get("member_validation_nll"),
+            "white_box_start": fit.attrs["settings"].get("white_box_start"),
         }
     svi = fit_svi(bm, md, polish=True, **svi_args)  # a checked MAP (Newton): the Laplace metric
     map_converged = bool((svi.attrs.get("convergence") or {}).get("converged"))

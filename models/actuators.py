@@ -459,6 +459,10 @@ ACTUATOR_CLASSES = {
 }
 
 
+NETWORK_ACTUATORS = tuple(n for n, c in ACTUATOR_CLASSES.items() if issubclass(c, _Network))
+"""Names of the actuators with Bayesian networks (``nn-friction``, ``nn-residual``, ``ffnn``)."""
+
+
 def make_actuator(name: str, robot: bn.Robot, prior: Prior, scales: Scales, **options) -> Actuator:
     """The actuator called ``name`` for ``robot`` with its sites' priors from ``prior``
     (``options``: ``whitened``, ``nn_width``, ``nn_depth``).

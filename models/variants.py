@@ -29,7 +29,7 @@ from numpyro import handlers
 
 import bayes_nea as bn
 from models._sites import GaussianSite, Scales, characteristic_scales
-from models.actuators import Actuator, energy_class, make_actuator
+from models.actuators import NETWORK_ACTUATORS, Actuator, energy_class, make_actuator
 from models.families import Family, make_family
 from models.identifiable import identifiable_model
 from models.likelihoods import (
@@ -41,7 +41,7 @@ from models.likelihoods import (
 )
 from models.likelihoods import Likelihood as LikelihoodComponent
 from models.priors import Gaussian, Prior, get_prior
-from models.spec import ModelSpec, variant_names
+from models.spec import WHITE_BOX_FAMILIES, ModelSpec, variant_names
 
 Array = jax.Array
 
@@ -221,7 +221,7 @@ class BayesianModel:
         the ``viscous`` actuator in place of the network one, whose MAP gives the start values of
         ``sites`` (the family's latent sites: inertia, and placements where learned); None where
         the rigid body starts at the prior median (a prior with ``starts_at_median``) or the
-        model has no rigid body or no network actuator.
+        model has no rigid body or no network actuator (:func:`starts_from_white_box`).
 
         From a weak-prior draw the rigid body and the actuator's networks rarely find the data's
         mode together: in the quick grid (1,000 steps) the Furuta's weak-prior ``nn-friction`` and
@@ -231,11 +231,7 @@ class BayesianModel:
         measurements.md, "Weak-prior hybrids start from the white-box MAP"). The white-box MAP
         itself starts from a prior draw: "without prior" stays a random initialisation.
         """
-        if (
-            self.prior.starts_at_median
-            or not self.family.white_box
-            or not getattr(self.actuator, "nets", ())
-        ):
+        if not starts_from_white_box(self.spec):
             return None
         sites = tuple(self.family.init_sample(jax.random.key(0), jnp.result_type(float)))
         return build(self.spec.replace(actuator="viscous")), sites
@@ -410,6 +406,33 @@ def _noise_sites(spec: ModelSpec, likelihood, prior: Prior, scales: Scales):
         g = Gaussian(np.full(n, np.log(loc)), np.full(n, scale))
         sites += [GaussianSite("log_df_" + key, g, whitened) for key in likelihood.noise_keys]
     return tuple(sites)
+
+
+START_FORMAT = 2
+"""Version of where inference starts a model: 2 since weak-prior hybrids start their rigid body
+at the white-box MAP (:meth:`BayesianModel.white_box_start`). Grid cells record it; a resumed
+grid computes again the cells whose start has changed since (:func:`start_changed_since`)."""
+
+
+def starts_from_white_box(spec: ModelSpec) -> bool:
+    """Whether inference starts a ``spec`` model's rigid body at the MAP of its white-box
+    counterpart (:meth:`BayesianModel.white_box_start`): a rigid-body family, an actuator with
+    networks and a prior whose start is a draw (not the nominal values)."""
+    return (
+        spec.family in WHITE_BOX_FAMILIES
+        and spec.actuator in NETWORK_ACTUATORS
+        and not get_prior(spec.prior).starts_at_median
+    )
+
+
+def start_changed_since(variant: str, start_format: int) -> bool:
+    """Whether a fit of ``variant`` (a name; other strings never) made at ``start_format``
+    started where the current :data:`START_FORMAT` would not."""
+    try:
+        spec = ModelSpec.parse(variant)
+    except ValueError:
+        return False
+    return start_format < START_FORMAT and starts_from_white_box(spec)
 
 
 def build(spec: ModelSpec) -> BayesianModel:

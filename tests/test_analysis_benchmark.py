@@ -28,6 +28,7 @@ from analysis.benchmark import (
 from data.io import write_json_atomic
 from data.simulate import MEASUREMENT_NOISE
 from models.actuators import NETWORK_FORMAT
+from models.variants import START_FORMAT
 
 pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
 
@@ -184,6 +185,21 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
     assert rerun.kept == (stale_id,)
     assert rerun.ran == (cell_id("cartpole", "uniform", reshaped),)
     assert in_process(**one_cell, variants=(reshaped,)).kept == rerun.ran
+    # a record from before weak-prior hybrids started at the white-box MAP (no start_format):
+    # computed again for them, kept for every other variant
+    staged = "diffnea/ffnn/weak"
+    assert in_process(**one_cell, variants=(staged,)).ran == (
+        cell_id("cartpole", "uniform", staged),
+    )
+    for variant in (VARIANTS[2], staged):
+        path = out / "cells" / f"{cell_id('cartpole', 'uniform', variant)}.json"
+        record = read_cell(path)
+        assert record["start_format"] == START_FORMAT
+        del record["start_format"]
+        write_json_atomic(path, record)
+    restarted = in_process(**one_cell, variants=(VARIANTS[2], staged))
+    assert restarted.kept == (stale_id,)
+    assert restarted.ran == (cell_id("cartpole", "uniform", staged),)
     # more dataset seeds: the cells of the seeds already run are kept, only the new seed runs
     seeded = in_process(
         systems=("cartpole",),
@@ -201,7 +217,7 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
         svi_steps=7,
     )
     assert len(third.ran) == 2 and not third.kept
-    assert len(load_records(out)) == 158
+    assert len(load_records(out)) == 159
 
 
 def test_resume_after_killed_run(tmp_path, cell_module):
