@@ -794,7 +794,10 @@ def fit_svi(
         init: a ``FitResult`` (its posterior mean) or ``{site: value}`` to start the guide from.
             Without one the (MAP) optimisation starts from prior draws
             (``bayes_model.start_sample``; noise scales at their prior medians), never at the
-            prior mean, where network gradients and weak-prior placement gradients vanish.
+            prior mean, where network gradients and weak-prior placement gradients vanish; a
+            weak-prior hybrid's rigid body starts at the Newton-polished MAP of its white-box
+            counterpart (``bayes_model.white_box_start()``, :func:`_white_box_start`; recorded
+            in ``attrs["settings"]["white_box_start"]``).
         restarts: number of prior draws to start from (default 4 where the model has networks
             or learned placements, ``bayes_model.multimodal_start``, else 1); each runs
             ``restart_steps`` (default a tenth of the steps, at least 100) in one vmapped

@@ -168,38 +168,27 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
     assert fourth.ran == (stale_id,)
     assert fourth.kept == (cell_id("cartpole", "trajectories", VARIANTS[2]),)
     assert read_cell(stale)["cell"]["data"] == MEASUREMENT_NOISE
-    # a record from before the network actuators' last change (no network_format): kept for
-    # other actuators, computed again for those whose networks changed
-    reshaped = "toy/nn-residual/prior"
+    # a record from before the network actuators' last change (no network_format) or from
+    # before weak-prior hybrids started at the white-box MAP (no start_format): computed again
+    # for the variants that change concerns, kept for every other
     one_cell = {"systems": ("cartpole",), "datasets": ("uniform",)}
-    assert in_process(**one_cell, variants=(reshaped,)).ran == (
-        cell_id("cartpole", "uniform", reshaped),
-    )
-    for variant in (VARIANTS[2], reshaped):
-        path = out / "cells" / f"{cell_id('cartpole', 'uniform', variant)}.json"
-        record = read_cell(path)
-        assert record["network_format"] == NETWORK_FORMAT
-        del record["network_format"]
-        write_json_atomic(path, record)
-    rerun = in_process(**one_cell, variants=(VARIANTS[2], reshaped))
-    assert rerun.kept == (stale_id,)
-    assert rerun.ran == (cell_id("cartpole", "uniform", reshaped),)
-    assert in_process(**one_cell, variants=(reshaped,)).kept == rerun.ran
-    # a record from before weak-prior hybrids started at the white-box MAP (no start_format):
-    # computed again for them, kept for every other variant
-    staged = "diffnea/ffnn/weak"
-    assert in_process(**one_cell, variants=(staged,)).ran == (
-        cell_id("cartpole", "uniform", staged),
-    )
-    for variant in (VARIANTS[2], staged):
-        path = out / "cells" / f"{cell_id('cartpole', 'uniform', variant)}.json"
-        record = read_cell(path)
-        assert record["start_format"] == START_FORMAT
-        del record["start_format"]
-        write_json_atomic(path, record)
-    restarted = in_process(**one_cell, variants=(VARIANTS[2], staged))
-    assert restarted.kept == (stale_id,)
-    assert restarted.ran == (cell_id("cartpole", "uniform", staged),)
+    for changed, field, current in (
+        ("toy/nn-residual/prior", "network_format", NETWORK_FORMAT),
+        ("diffnea/ffnn/weak", "start_format", START_FORMAT),
+    ):
+        assert in_process(**one_cell, variants=(changed,)).ran == (
+            cell_id("cartpole", "uniform", changed),
+        )
+        for variant in (VARIANTS[2], changed):
+            path = out / "cells" / f"{cell_id('cartpole', 'uniform', variant)}.json"
+            record = read_cell(path)
+            assert record[field] == current
+            del record[field]
+            write_json_atomic(path, record)
+        rerun = in_process(**one_cell, variants=(VARIANTS[2], changed))
+        assert rerun.kept == (stale_id,)
+        assert rerun.ran == (cell_id("cartpole", "uniform", changed),)
+        assert in_process(**one_cell, variants=(changed,)).kept == rerun.ran
     # more dataset seeds: the cells of the seeds already run are kept, only the new seed runs
     seeded = in_process(
         systems=("cartpole",),
