@@ -100,11 +100,23 @@ class EarlyStopping:
         batched: states carry a leading member axis; each member keeps its own best.
         data: passed to ``score`` as its second argument (``score(state, data)``), so that the
             compiled score takes the data as an argument rather than as constants.
+        min_delta: the least fall of the score below the last such fall that restarts the
+            patience count (Keras' ``min_delta``); smaller gains still update the best state.
     """
 
     def __init__(
-        self, score: Callable, *, patience: int, label: str, batched: bool = False, data=None
+        self,
+        score: Callable,
+        *,
+        patience: int,
+        label: str,
+        batched: bool = False,
+        data=None,
+        min_delta: float = 0.0,
     ):
+        if not min_delta >= 0:
+            raise ValueError(f"min_delta must be >= 0, got {min_delta}")
+        self.min_delta = float(min_delta)
         self._score = jax.jit(score)
         self._data = () if data is None else (data,)
         self.patience = int(patience)
@@ -117,6 +129,7 @@ class EarlyStopping:
         self._best_step = None  # (R,) or () int array, -1: no finite score yet
         self._best_score = None
         self._since_best = None
+        self._reference = None  # the score at the last fall of more than min_delta
 
     def record(self, state, step: int):
         """Score ``state`` (after ``step`` steps of this stage); keep what improves on the best.
@@ -129,19 +142,23 @@ class EarlyStopping:
             self._best_score = np.full(value.shape, np.inf)
             self._best_step = np.full(value.shape, -1)
             self._since_best = np.zeros(value.shape, dtype=int)
+            self._reference = np.full(value.shape, np.inf)
         better = np.isfinite(value) & (value < self._best_score)
+        gained = np.isfinite(value) & (value < self._reference - self.min_delta)
         if self.batched:
             self.best_state = _select(jnp.asarray(better), state, self.best_state)
         elif better:
             self.best_state = state
         self._best_score = np.where(better, value, self._best_score)
         self._best_step = np.where(better, int(step), self._best_step)
-        self._since_best = np.where(better, 0, self._since_best + 1)
+        self._reference = np.where(gained, value, self._reference)
+        self._since_best = np.where(gained, 0, self._since_best + 1)
         return float(np.min(value)) if value.ndim else float(value)
 
     @property
     def exhausted(self) -> bool:
-        """Whether ``patience`` scores in a row did not improve on the best (every member's)."""
+        """Whether ``patience`` scores in a row did not gain on the last gain (more than
+        ``min_delta``; every member's)."""
         return self._since_best is not None and bool(np.all(self._since_best >= self.patience))
 
     @property
@@ -165,6 +182,7 @@ class EarlyStopping:
         return {
             "stage": self.label,
             "patience": self.patience,
+            "min_delta": self.min_delta,
             "steps": list(self.steps),
             "scores": list(self.scores),
             "best_step": self.best_step,

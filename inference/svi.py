@@ -64,6 +64,10 @@ OPTIMIZERS = {
     "lamb": optax.lamb,
 }
 SCHEDULES = ("constant", "cosine", "exponential", "linear", "warmup_cosine")
+LBFGS = "lbfgs"
+"""The ``"ensemble"`` guide's other optimiser: L-BFGS with a zoom line search on each member's
+negative log joint (:func:`_lbfgs_step`); ``steps`` count its iterations, the line search sets
+the step length (``learning_rate``, ``schedule`` and ``clip_norm`` do not apply)."""
 FINAL_FRACTION = 0.01  # decaying schedules end at 1% of the peak learning rate
 
 
@@ -273,6 +277,7 @@ def _run_svi(
     progress,
     batched=False,
     monitor=None,
+    step=None,
 ):
     """Run ``steps`` SVI updates as compiled chunks. Returns (state, losses, compile_s, run_s).
 
@@ -283,12 +288,16 @@ def _run_svi(
     With a ``monitor`` (an :class:`EarlyStopping`) the state is scored after every chunk; the run
     stops after ``monitor.patience`` scores without improvement and returns the best-scored
     state (the losses are those of every step run).
+
+    ``step``: a ``(state, data) -> (state, loss)`` update run in place of ``svi.update`` (its
+    own batching; e.g. :func:`_lbfgs_step`), ``svi`` then unused.
     """
+    if step is None:
 
-    def update(s, d):
-        return svi.update(s, d, **model_kwargs)
+        def update(s, d):
+            return svi.update(s, d, **model_kwargs)
 
-    step = jax.vmap(update, in_axes=(0, None)) if batched else update
+        step = jax.vmap(update, in_axes=(0, None)) if batched else update
 
     def chunk(state, data, length):  # the data an argument, not constants of the program
         def body(s, _):
@@ -428,7 +437,8 @@ def _optimise(
     ``steps - restart_steps``. Returns ``(svi, guide, state, losses, restart_info, timing)``;
     ``restart_info`` is None for one start, else ``{"restarts", "restart_steps", "best",
     "scores"}`` (scores: each restart's mean loss over its last tenth of steps, inf where it
-    turned non-finite). ``monitor_factory(svi, guide)`` (optional) gives the
+    turned non-finite). ``monitor_factory(point_of)`` (optional; ``point_of(state)``: the
+    guide's median) gives the
     :class:`~inference.early_stopping.EarlyStopping` of the remaining steps.
     """
     svi, guide, states = _init_starts(
@@ -469,7 +479,7 @@ def _optimise(
             "scores": [float(x) for x in scores],
         }
     if remaining > 0:
-        monitor = None if monitor_factory is None else monitor_factory(svi, guide)
+        monitor = None if monitor_factory is None else monitor_factory(_median_of(svi, guide))
         if monitor is not None:
             monitor.start = steps - remaining  # its steps count from the stage's start
         state, rest, c_s, r_s = _run_svi(
@@ -490,33 +500,98 @@ def _optimise(
     return svi, guide, state, losses, info, timing
 
 
+def _median_of(svi, guide):
+    """``state -> {site: value}``: the guide's median at an SVI state."""
+    return lambda state: guide.median(svi.get_params(state))
+
+
+def _init_point(bayes_model, init_fn, data, key, model_kwargs) -> dict:
+    """``{latent site: value}`` where a NumPyro init strategy (e.g. ``init_to_mean()``) places
+    the model's latent sites."""
+    model = handlers.substitute(handlers.seed(bayes_model.model, key), substitute_fn=init_fn)
+    trace = handlers.trace(model).get_trace(data, **model_kwargs)
+    return {
+        name: site["value"]
+        for name, site in trace.items()
+        if site["type"] == "sample" and not site["is_observed"]
+    }
+
+
+def _lbfgs_step(bayes_model, model_kwargs):
+    """``(init, step)`` of L-BFGS (optax's, zoom line search) on each ensemble member's negative
+    log joint: ``init(points)`` gives the state ``(points, optimiser state)`` of stacked members
+    ``{site: (R, ...)}``, ``step(state, data) -> (state, losses (R,))`` one iteration of each.
+
+    The members run one after another (``lax.map``): under ``vmap`` the line search's branches
+    would all be evaluated for every member (cart-pole ``nn-friction``, 4 members: 0.21 s an
+    iteration against 0.51 s vmapped; docs/measurements.md).
+    """
+    opt = optax.lbfgs()
+
+    def member(carry, data):
+        z, opt_state = carry
+
+        def loss(x):
+            return potential_energy(bayes_model.model, (data,), model_kwargs, x)
+
+        value, grad = optax.value_and_grad_from_state(loss)(z, state=opt_state)
+        updates, opt_state = opt.update(
+            grad, opt_state, z, value=value, grad=grad, value_fn=loss
+        )
+        return (optax.apply_updates(z, updates), opt_state), value
+
+    def init(points):
+        return points, jax.vmap(opt.init)(points)
+
+    def step(state, data):
+        return lax.map(lambda c: member(c, data), state)
+
+    return init, step
+
+
 def _optimise_ensemble(
     bayes_model, make_guide, opt, data, *, key, starts, steps, chunk_size, model_kwargs,
     progress, monitor_factory=None,
 ):
     """MAPs from every start (``starts``: points, :func:`_init_starts`), all run for ``steps``
-    in one vmapped program (a deep ensemble; each member stops on its own validation minimum where
-    ``monitor_factory`` gives a batched monitor). Returns ``(svi, guide, stacked state, losses
-    (steps, R), timing)``."""
-    svi, guide, states = _init_starts(
-        bayes_model, make_guide, opt, SortedTrace_ELBO(), data, key=key, starts=starts,
-        model_kwargs=model_kwargs,
-    )
-    stacked = jax.tree.map(lambda *x: jnp.stack(x), *states)
-    monitor = None if monitor_factory is None else monitor_factory(svi, guide)
-    stacked, losses, c_s, r_s = _run_svi(
+    in one program (a deep ensemble; each member stops on its own validation minimum where
+    ``monitor_factory`` gives a batched monitor). ``opt``: an optax optimiser (Adam etc.: SVI
+    steps, vmapped over the members) or ``LBFGS`` (:func:`_lbfgs_step`: ``steps`` iterations).
+    Returns ``(stacked points {site: (R, ...)}, guide, stacked state, losses (steps, R),
+    timing)``; ``guide`` names the members' parameters (a delta guide, placed at the first).
+    """
+    if opt == LBFGS:
+        starts = [
+            s if isinstance(s, dict) else _init_point(bayes_model, s, data, key, model_kwargs)
+            for s in starts
+        ]
+        guide = make_guide(init_to_value(values=starts[0]))
+        init, step = _lbfgs_step(bayes_model, model_kwargs)
+        state = init(jax.tree.map(lambda *x: jnp.stack(x), *starts))
+        point_of, svi, label = (lambda s: s[0]), None, f"l-bfgs ensemble x{len(starts)}"
+    else:
+        svi, guide, states = _init_starts(
+            bayes_model, make_guide, opt, SortedTrace_ELBO(), data, key=key, starts=starts,
+            model_kwargs=model_kwargs,
+        )
+        state = jax.tree.map(lambda *x: jnp.stack(x), *states)
+        point_of, step, label = _median_of(svi, guide), None, f"svi ensemble x{len(states)}"
+    monitor = None if monitor_factory is None else monitor_factory(point_of)
+    state, losses, c_s, r_s = _run_svi(
         svi,
-        stacked,
+        state,
         data,
         steps=steps,
         chunk_size=chunk_size,
         model_kwargs=model_kwargs,
-        label=f"svi ensemble x{len(states)}",
+        label=label,
         progress=progress,
         batched=True,
         monitor=monitor,
+        step=step,
     )
-    return svi, guide, stacked, losses, {"compile_s": c_s, "run_s": r_s}
+    points = jax.vmap(point_of)(state)
+    return points, guide, state, losses, {"compile_s": c_s, "run_s": r_s}
 
 
 def _noise_sites(bayes_model, members: dict) -> list:
@@ -757,6 +832,7 @@ def fit_svi(
     validation=None,
     output_layer: str = "auto",
     patience: int = 5,
+    min_delta: float = 0.0,
     convergence_rtol: float = 1e-4,
     polish: bool = False,
     gradient_tol: float = 1.0,
@@ -782,7 +858,8 @@ def fit_svi(
             ``"delta"``; ``"delta"`` with ``polish``). The resolved name is recorded. An explicit
             ``"lowrank"`` etc. runs its Gaussian stage at ``learning_rate``.
         steps: optimisation steps of the guide.
-        learning_rate, optimizer, schedule, clip_norm: see :func:`make_optimizer`.
+        learning_rate, optimizer, schedule, clip_norm: see :func:`make_optimizer`; with the
+            ``"ensemble"`` guide ``optimizer`` may also be ``"lbfgs"`` (:data:`LBFGS`).
         map_steps: steps of the ``AutoDelta`` fit that places a Gaussian guide (default
             ``steps``; 0 or an ``init`` skips it).
         init_scale: initial scale of a Gaussian guide (unconstrained space).
@@ -816,6 +893,9 @@ def fit_svi(
             factor per noise element fitted to it (``attrs["ensemble"]["noise_calibration"]``,
             :func:`_calibrate_mixture`). None: every step runs.
         patience: see ``validation`` (scores, i.e. chunks of ``chunk_size`` steps).
+        min_delta: with ``validation``: a score counts as a gain (restarts the patience count)
+            only where it falls more than this (nats per observation) below the last gain's
+            (:class:`~inference.early_stopping.EarlyStopping`).
         output_layer: the ``"ensemble"`` guide's draws of the networks' output layers:
             ``"laplace"``: from the Laplace approximation at each draw's member given its other
             values (:mod:`inference.output_layer`; exact for the conditional with Normal noise
@@ -859,6 +939,14 @@ def fit_svi(
         raise ValueError(
             "the 'ensemble' guide starts its members from prior draws and is not resumed, "
             "started at an init or polished; use guide='delta' for those"
+        )
+    check_choice("optimizer", optimizer, (*OPTIMIZERS, LBFGS))
+    if optimizer == LBFGS and (guide != "ensemble" or subsample_size is not None):
+        raise ValueError(
+            f"optimizer {LBFGS!r} fits the 'ensemble' guide's members (deterministic MAPs) on "
+            f"all the data; got guide {guide!r}"
+            + ("" if subsample_size is None else f" and subsample_size {subsample_size}")
+            + ": use an optax optimiser such as 'adam'"
         )
     steps = check_positive_int("steps", steps)
     num_samples = check_positive_int("num_samples", num_samples)
@@ -911,7 +999,11 @@ def fit_svi(
         "output_layer": output_layer,
     }
     if val_nll is not None:
-        settings["validation"] = {"samples": int(val_obs.q.shape[0]), "patience": patience}
+        settings["validation"] = {
+            "samples": int(val_obs.q.shape[0]),
+            "patience": patience,
+            "min_delta": float(min_delta),
+        }
     previous_losses = np.zeros(0)
     map_losses = np.zeros(0)
     timing = {"compile_s": 0.0, "run_s": 0.0}
@@ -934,9 +1026,9 @@ def fit_svi(
         if val_nll is None:
             return None
 
-        def make(svi, guide_obj):
+        def make(point_of):
             def score(state, d):
-                point = guide_obj.median(svi.get_params(state))
+                point = point_of(state)
                 return val_nll({k: point[k] for k in latent}, d)
 
             monitors.append(
@@ -946,6 +1038,7 @@ def fit_svi(
                     label=label,
                     batched=batched,
                     data=val_data,
+                    min_delta=min_delta,
                 )
             )
             return monitors[-1]
@@ -1033,12 +1126,16 @@ def fit_svi(
                 point = delta.median(map_svi.get_params(map_state))
                 inits = [init_to_value(values={k: point[k] for k in latent})]
             settings["map_steps"] = map_steps
-    opt = make_optimizer(
-        settings["optimizer"],
-        settings["learning_rate"],
-        schedule=settings["schedule"],
-        steps=settings["schedule_steps"],
-        clip_norm=settings["clip_norm"],
+    opt = (
+        LBFGS
+        if settings["optimizer"] == LBFGS
+        else make_optimizer(
+            settings["optimizer"],
+            settings["learning_rate"],
+            schedule=settings["schedule"],
+            steps=settings["schedule_steps"],
+            clip_norm=settings["clip_norm"],
+        )
     )
     elbo = SortedTrace_ELBO(num_particles=settings["num_particles"])
     if stored is not None:
@@ -1056,12 +1153,12 @@ def fit_svi(
             model_kwargs=model_kwargs,
             label=f"svi {guide}",
             progress=progress,
-            monitor=None if make_monitor is None else make_monitor(svi, guide_obj),
+            monitor=None if make_monitor is None else make_monitor(_median_of(svi, guide_obj)),
         )
         add_timing({"compile_s": c_s, "run_s": r_s})
         restart_info = resume.attrs.get("restarts")
     elif guide == "ensemble":
-        svi, guide_obj, state, losses, t = _optimise_ensemble(
+        stacked_points, guide_obj, state, losses, t = _optimise_ensemble(
             bayes_model,
             guide_factory("delta"),
             opt,
@@ -1104,8 +1201,7 @@ def fit_svi(
         kept = np.isfinite(losses[-1] if last is None else np.asarray(last.best_score))
         if not kept.any():
             raise FloatingPointError("every ensemble member's loss became non-finite")
-        params = jax.vmap(svi.get_params)(state)
-        stacked_points = jax.vmap(guide_obj.median)(params)
+        params = {f"{k}_{guide_obj.prefix}_loc": v for k, v in stacked_points.items()}
         members = {
             "members": int(kept.size),
             "kept": np.flatnonzero(kept).tolist(),

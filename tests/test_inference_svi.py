@@ -481,6 +481,40 @@ def test_auto_guide_gives_network_weights_a_posterior():
         np.testing.assert_allclose(record["factor"]["log_sigma_qdd"], np.ones(robot.n), rtol=1e-3)
 
 
+def test_lbfgs_ensemble_reaches_the_closed_form_posterior_mode(problem):
+    """``optimizer="lbfgs"``: the member (one, started at the prior mean: the model has no prior
+    draws to start from) ends at the conjugate posterior's mode, its mean (Bishop eq. 3.53);
+    other guides and minibatches are refused."""
+    model, data, mean, _ = problem
+    fit = fit_svi(model, data, key=0, guide="ensemble", optimizer="lbfgs", steps=40, **FAST)
+    assert fit.attrs["settings"]["optimizer"] == "lbfgs"
+    assert fit.idata["svi_loss"]["member_loss"].shape == (40, 1)
+    draws = _w(fit.posterior_samples())
+    np.testing.assert_allclose(draws[0], mean, rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(draws, draws[:1].repeat(len(draws), 0))  # one member
+    with pytest.raises(ValueError, match="'lbfgs' fits the 'ensemble' guide"):
+        fit_svi(model, data, key=0, steps=10, guide="delta", optimizer="lbfgs", **FAST)
+    with pytest.raises(ValueError, match="subsample_size 10"):
+        fit_svi(model, data, key=0, steps=10, guide="ensemble", optimizer="lbfgs",
+                subsample_size=10, **FAST)
+
+
+def test_early_stopping_counts_only_gains_larger_than_min_delta():
+    from inference.early_stopping import EarlyStopping
+
+    # each score 0.01 below the last: gains, but smaller than min_delta 0.05
+    monitor = EarlyStopping(lambda x: -0.01 * x, patience=3, label="ensemble", min_delta=0.05)
+    for state in range(20):
+        monitor.record(jnp.asarray(float(state)), step=state)
+        if monitor.exhausted:
+            break
+    assert state == 3  # the first score is the reference; three small gains in a row stop
+    assert float(monitor.best_state) == 3.0  # the best state still follows every gain
+    assert monitor.report()["min_delta"] == 0.05
+    with pytest.raises(ValueError, match="min_delta"):
+        EarlyStopping(lambda x: x, patience=1, label="delta", min_delta=-1.0)
+
+
 def test_allocate_draws_carries_the_weights_in_a_random_order():
     from inference.svi import allocate_draws
 
@@ -576,7 +610,11 @@ def test_fit_svi_stops_where_the_validation_likelihood_is_best(problem):
     kept = {k: v[0] for k, v in fit.posterior_samples().items()}
     nll = heldout_nll(model, held_out, int(np.size(held_out.q)))
     assert float(nll(kept)) == pytest.approx(stage["best_score"], rel=1e-10)
-    assert fit.attrs["settings"]["validation"] == {"samples": 30, "patience": 3}
+    assert fit.attrs["settings"]["validation"] == {
+        "samples": 30,
+        "patience": 3,
+        "min_delta": 0.0,
+    }
 
 
 def test_fit_svi_without_validation_runs_every_step(problem, delta_fit):
