@@ -505,18 +505,6 @@ def _median_of(svi, guide):
     return lambda state: guide.median(svi.get_params(state))
 
 
-def _init_point(bayes_model, init_fn, data, key, model_kwargs) -> dict:
-    """``{latent site: value}`` where a NumPyro init strategy (e.g. ``init_to_mean()``) places
-    the model's latent sites."""
-    model = handlers.substitute(handlers.seed(bayes_model.model, key), substitute_fn=init_fn)
-    trace = handlers.trace(model).get_trace(data, **model_kwargs)
-    return {
-        name: site["value"]
-        for name, site in trace.items()
-        if site["type"] == "sample" and not site["is_observed"]
-    }
-
-
 def _lbfgs_step(bayes_model, model_kwargs):
     """``(init, step)`` of L-BFGS (optax's, zoom line search) on each ensemble member's negative
     log joint: ``init(points)`` gives the state ``(points, optimiser state)`` of stacked members
@@ -561,10 +549,9 @@ def _optimise_ensemble(
     timing)``; ``guide`` names the members' parameters (a delta guide, placed at the first).
     """
     if opt == LBFGS:
-        starts = [
-            s if isinstance(s, dict) else _init_point(bayes_model, s, data, key, model_kwargs)
-            for s in starts
-        ]
+        # a callable start is init_to_mean() (a model without prior draws): the latent sites at
+        # their prior means, as trace_sites gives them
+        starts = [s if isinstance(s, dict) else trace_sites(bayes_model, data)[0] for s in starts]
         guide = make_guide(init_to_value(values=starts[0]))
         init, step = _lbfgs_step(bayes_model, model_kwargs)
         state = init(jax.tree.map(lambda *x: jnp.stack(x), *starts))
