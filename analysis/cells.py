@@ -26,7 +26,8 @@ The posterior of a cell (:func:`fit_posterior`) is the library's own path for it
 - ``nea``: NUTS from its MAP with the torque noise fixed at the nominal model's residual
   (:func:`models.nominal_torque_residual`), where its posterior is the conjugate Gaussian of
   :func:`models.nea_posterior` (tested against it in ``tests/test_models_identification.py``);
-- variants with networks: ``fit_svi``'s ensemble of MAPs from prior draws, early-stopped and
+- variants with networks: ``fit_svi``'s ensemble of MAPs from prior draws (each fitted by
+  ``settings["ensemble_optimizer"]``, L-BFGS in the quick setting), early-stopped and
   noise-calibrated on the validation episodes (issue 11); converged when every member stopped on
   its validation minimum and at least two members did not fail (``inference.svi.
   MEMBER_SCORE_GAP``: with one, the band holds only that mode's output-layer Laplace
@@ -257,6 +258,13 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
         **common,
     )
     if getattr(bm, "has_networks", False):
+        steps = int(settings["ensemble_steps"])
+        member_args = dict(
+            svi_args,
+            steps=steps,
+            optimizer=settings["ensemble_optimizer"],
+            min_delta=float(settings["ensemble_min_delta"]),
+        )
         restarts, attempts = None, 0  # fit_svi's default number of members first
         while True:  # fewer than two members that did not fail: twice the members, a new key
             fit = fit_svi(
@@ -265,7 +273,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
                 num_samples=int(settings["draws"]),
                 validation=model_data(valid),
                 restarts=restarts,
-                **dict(svi_args, key=key + attempts),
+                **dict(member_args, key=key + attempts),
             )
             attempts += 1
             weights = np.asarray(fit.attrs["ensemble"]["weights"])
@@ -276,7 +284,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
         conv = fit.attrs.get("convergence") or {}
         kept = [np.asarray(s["best_step"]).tolist() for s in fit.attrs.get("early_stopping") or ()]
         converged = bool(conv.get("converged"))
-        still = any(np.max(k) >= int(settings["svi_steps"]) for k in kept)
+        still = any(np.max(k) >= steps for k in kept)
         patience = (fit.attrs["settings"].get("validation") or {}).get("patience")
         reasons = [] if converged else [
             "a member still improved at the last step"
@@ -299,6 +307,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
         calibration = fit.attrs["ensemble"].get("noise_calibration") or {}
         return fit, {
             "method": fit.attrs["settings"]["guide"],
+            "optimizer": fit.attrs["settings"]["optimizer"],
             "converged": not reasons,
             "reason": "; ".join(reasons) or None,
             "attempts": attempts,

@@ -39,7 +39,19 @@ def add_arguments(parser) -> None:
         "--svi-steps",
         type=integer(1, 10**7),
         default=None,
-        help="override the setting's SVI steps",
+        help="override the setting's SVI steps (MAPs before NUTS; Adam-fitted ensembles)",
+    )
+    parser.add_argument(
+        "--ensemble-optimizer",
+        default=None,
+        help="how network cells fit each ensemble member: lbfgs (the quick and full "
+        "settings), adam, or another of fit_svi's optimisers",
+    )
+    parser.add_argument(
+        "--ensemble-steps",
+        type=integer(1, 10**7),
+        default=None,
+        help="override the setting's iterations (L-BFGS) or steps (others) per ensemble member",
     )
     parser.add_argument(
         "--seeds",
@@ -64,7 +76,15 @@ def run(args) -> int:
     unknown = sorted(set(args.variants or ()) - set(variant_names()))
     if unknown:
         raise ValueError(f"--variants: unknown {unknown}; see `bayes-nea variants`")
-    overrides = {} if args.svi_steps is None else {"svi_steps": args.svi_steps}
+    overrides = {
+        k: v
+        for k, v in (
+            ("svi_steps", args.svi_steps),
+            ("ensemble_optimizer", args.ensemble_optimizer),
+            ("ensemble_steps", args.ensemble_steps),
+        )
+        if v is not None
+    }
     if args.seeds is not None:
         overrides["seeds"] = tuple(args.seeds)
     result = run_benchmark(

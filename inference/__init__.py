@@ -25,6 +25,7 @@ from inference.nuts import fit_nuts
 from inference.result import FitResult, load_result, save_result
 from inference.svi import (
     GUIDES,
+    LBFGS,
     OPTIMIZERS,
     SCHEDULES,
     ConvergenceReport,
@@ -36,6 +37,7 @@ from inference.svi import (
 
 __all__ = [
     "GUIDES",
+    "LBFGS",
     "OPTIMIZERS",
     "SCHEDULES",
     "ConvergenceReport",

@@ -237,7 +237,7 @@ class FFNNFamily(Family):
         return jnp.asarray(self.scales.qdd, dtype) * self.net.module(sample, dtype)(x)
 
 
-_FAMILIES = {"nokin-diffnea": NoKinDiffNEA, "diffnea": DiffNEA, "nea": NEA, "ffnn": FFNNFamily}
+FAMILY_CLASSES = {"nokin-diffnea": NoKinDiffNEA, "diffnea": DiffNEA, "nea": NEA, "ffnn": FFNNFamily}
 
 
 def make_family(name: str, robot: bn.Robot, prior: Prior, scales: Scales, **options) -> Family:
@@ -247,4 +247,4 @@ def make_family(name: str, robot: bn.Robot, prior: Prior, scales: Scales, **opti
     Raises:
         ValueError: unknown name (the message lists the valid ones).
     """
-    return build_component(_FAMILIES, "family", name, robot, prior, scales, **options)
+    return build_component(FAMILY_CLASSES, "family", name, robot, prior, scales, **options)

@@ -30,7 +30,7 @@ from numpyro import handlers
 import bayes_nea as bn
 from models._sites import GaussianSite, Scales, characteristic_scales
 from models.actuators import NETWORK_ACTUATORS, Actuator, energy_class, make_actuator
-from models.families import Family, make_family
+from models.families import FAMILY_CLASSES, Family, make_family
 from models.identifiable import identifiable_model
 from models.likelihoods import (
     JointMajorNoise,
@@ -238,8 +238,8 @@ class BayesianModel:
 
     @property
     def has_networks(self) -> bool:
-        """Whether any latent site is a network weight (the FF-NN family or a network actuator)."""
-        return self.family.black_box or bool(getattr(self.actuator, "nets", ()))
+        """Whether any latent site is a network weight (:func:`has_networks` of the spec)."""
+        return has_networks(self.spec)
 
     @property
     def output_layer_prior_sd(self) -> dict[str, float]:
@@ -423,6 +423,11 @@ def starts_from_white_box(spec: ModelSpec) -> bool:
         and spec.actuator in NETWORK_ACTUATORS
         and not get_prior(spec.prior).starts_at_median
     )
+
+
+def has_networks(spec: ModelSpec) -> bool:
+    """Whether a ``spec`` model has network weights: the FF-NN family or a network actuator."""
+    return FAMILY_CLASSES[spec.family].black_box or spec.actuator in NETWORK_ACTUATORS
 
 
 def start_changed_since(variant: str, start_format: int) -> bool:

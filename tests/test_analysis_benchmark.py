@@ -16,7 +16,9 @@ import pytest
 from analysis.benchmark import (
     CELL_SCHEMA,
     DATASET_KINDS,
+    ENSEMBLE_SETTINGS,
     SYSTEMS,
+    _finished,
     cell_id,
     get_settings,
     load_records,
@@ -85,6 +87,8 @@ def test_grid_and_settings():
     assert get_settings("quick", svi_steps=5).svi_steps == 5
     with pytest.raises(ValueError, match="kinematics_posterior"):
         get_settings("quick", kinematics_posterior="mcmc")
+    with pytest.raises(ValueError, match="ensemble_optimizer must be one of .*'lbfgs'"):
+        get_settings("quick", ensemble_optimizer="newton")
     # the seed axis: every (system, dataset, variant) once per dataset seed, seed outermost
     seeded = make_grid(variants=VARIANTS, seeds=(0, 1, 2))
     assert len(seeded) == 468 == len({c["id"] for c in seeded})
@@ -94,6 +98,40 @@ def test_grid_and_settings():
     quick = get_settings("quick")
     assert quick.seeds == (0, 1, 2) and quick.duration >= 30
     assert quick.duration * quick.split[0] / quick.episode_duration >= 5  # training episodes
+
+
+def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_steps():
+    """Records from before the ``ensemble_*`` fields: a network cell's is kept only by a grid
+    that asks for what it was fitted with (Adam, ``svi_steps`` steps, no ``min_delta``); the
+    other cells' are kept whatever the ensemble fields say."""
+    quick = get_settings("quick").to_dict()
+    legacy = {k: v for k, v in quick.items() if k not in ENSEMBLE_SETTINGS}
+    as_before = dict(
+        quick,
+        ensemble_optimizer="adam",
+        ensemble_steps=quick["svi_steps"],
+        ensemble_min_delta=0.0,
+    )
+    for variant, networks in (
+        ("diffnea/viscous/informative", False),
+        ("nea", False),
+        ("diffnea/nn-friction/informative", True),
+        ("ffnn", True),
+    ):
+        cell = make_grid(systems=("cartpole",), datasets=("uniform",), variants=(variant,))[0]
+        record = {
+            "status": "ok",
+            "cell": cell,
+            "settings": legacy,
+            "network_format": NETWORK_FORMAT,
+            "start_format": START_FORMAT,
+        }
+        assert _finished(record, cell, quick) is not networks, variant
+        assert _finished(record, cell, as_before), variant
+        assert not _finished(record, cell, dict(as_before, svi_steps=7)), variant
+        current = dict(record, settings=quick)
+        assert _finished(current, cell, quick), variant
+        assert _finished(current, cell, dict(quick, ensemble_steps=7)) is not networks, variant
 
 
 def test_submission_order_starts_a_variants_weak_prior_after_its_block():

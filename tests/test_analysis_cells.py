@@ -51,6 +51,10 @@ def test_every_cell_has_a_posterior_with_width(cells):
     assert wb["base_error"] < 0.05 and wb["plausible_fraction"] == 1.0
     assert wb["energy_own"]["gaining"] == 0.0  # dissipative by construction, on its own energy
     assert cells["ffnn"].get("base_error") is None and cells["ffnn"]["energy_own"] is None
+    # the ensemble's members by the setting's optimiser (L-BFGS), its iterations as the budget
+    ensemble = cells["ffnn"]["posterior"]
+    assert ensemble["optimizer"] == SETTINGS["ensemble_optimizer"] == "lbfgs"
+    assert max(max(np.atleast_1d(k)) for k in ensemble["kept_steps"]) <= SETTINGS["ensemble_steps"]
 
 
 def test_cells_of_every_seed_take_the_normalisers_of_seed_0(cells):
