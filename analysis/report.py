@@ -403,6 +403,13 @@ def write_report(
     per_seed = collections.Counter(r["cell"].get("seed", 0) for r in records)
     seeds = ", ".join(f"{k} ({per_seed[k]} cells)" for k in sorted(per_seed))
     converged = [r for r in ok if _get(r, "posterior.converged")]
+    # the ensemble's fields are only in records made since they exist (older: Adam, svi_steps)
+    ensembles = [r.get("settings", {}) for r in ok if _get(r, "posterior.method") == "ensemble"]
+    optimizers = collections.Counter(
+        f"{s.get('ensemble_optimizer', 'adam')} x {s.get('ensemble_steps', s.get('svi_steps'))}"
+        for s in ensembles
+    )
+    members = ", ".join(f"{k} ({n} cells)" for k, n in sorted(optimizers.items())) or "none"
     lines = [
         f"# {title}",
         "",
@@ -410,7 +417,8 @@ def write_report(
         f"{len(converged)} with a converged posterior) over dataset seeds {seeds}. Setting "
         f"`{settings.get('name')}`: {settings.get('duration')} s of data per dataset in "
         f"{settings.get('episode_duration')} s episodes (split {settings.get('split')}), "
-        f"{settings.get('svi_steps')} SVI steps, NUTS {settings.get('num_chains')} x "
+        f"{settings.get('svi_steps')} SVI steps, ensemble members by {members}, "
+        f"NUTS {settings.get('num_chains')} x "
         f"({settings.get('num_warmup')} + {settings.get('num_samples')}), "
         f"{settings.get('draws')} posterior draws per cell. Summed fit time {total_fit:.0f} s; "
         f"summed cell time {total_cell:.0f} s.",
