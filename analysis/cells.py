@@ -27,7 +27,7 @@ The posterior of a cell (:func:`fit_posterior`) is the library's own path for it
   (:func:`models.nominal_torque_residual`), where its posterior is the conjugate Gaussian of
   :func:`models.nea_posterior` (tested against it in ``tests/test_models_identification.py``);
 - variants with networks: ``fit_svi``'s ensemble of MAPs from prior draws (each fitted by
-  ``settings["ensemble_optimizer"]``, L-BFGS in the quick setting), early-stopped and
+  ``settings["ensemble_optimizer"]``, Adam unless asked), early-stopped and
   noise-calibrated on the validation episodes (issue 11); converged when every member stopped on
   its validation minimum and at least two members did not fail (``inference.svi.
   MEMBER_SCORE_GAP``: with one, the band holds only that mode's output-layer Laplace

@@ -39,19 +39,25 @@ def add_arguments(parser) -> None:
         "--svi-steps",
         type=integer(1, 10**7),
         default=None,
-        help="override the setting's SVI steps (MAPs before NUTS; Adam-fitted ensembles)",
+        help="override the setting's SVI steps of the MAP before NUTS",
     )
     parser.add_argument(
         "--ensemble-optimizer",
         default=None,
-        help="how network cells fit each ensemble member: lbfgs (the quick and full "
-        "settings), adam, or another of fit_svi's optimisers",
+        help="how network cells fit each ensemble member: adam (every setting), lbfgs, or "
+        "another of fit_svi's optimisers",
     )
     parser.add_argument(
         "--ensemble-steps",
         type=integer(1, 10**7),
         default=None,
-        help="override the setting's iterations (L-BFGS) or steps (others) per ensemble member",
+        help="override the setting's steps (iterations with lbfgs) per ensemble member",
+    )
+    parser.add_argument(
+        "--ensemble-min-delta",
+        type=float,
+        default=None,
+        help="early stopping: smallest validation gain that counts (per observation)",
     )
     parser.add_argument(
         "--seeds",
@@ -82,6 +88,7 @@ def run(args) -> int:
             ("svi_steps", args.svi_steps),
             ("ensemble_optimizer", args.ensemble_optimizer),
             ("ensemble_steps", args.ensemble_steps),
+            ("ensemble_min_delta", args.ensemble_min_delta),
         )
         if v is not None
     }

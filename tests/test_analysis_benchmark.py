@@ -89,6 +89,9 @@ def test_grid_and_settings():
         get_settings("quick", kinematics_posterior="mcmc")
     with pytest.raises(ValueError, match="ensemble_optimizer must be one of .*'lbfgs'"):
         get_settings("quick", ensemble_optimizer="newton")
+    with pytest.raises(ValueError, match="ensemble_min_delta must be a finite number >= 0"):
+        get_settings("quick", ensemble_min_delta=-1e-3)
+    assert get_settings("quick", ensemble_optimizer="lbfgs").ensemble_optimizer == "lbfgs"
     # the seed axis: every (system, dataset, variant) once per dataset seed, seed outermost
     seeded = make_grid(variants=VARIANTS, seeds=(0, 1, 2))
     assert len(seeded) == 468 == len({c["id"] for c in seeded})
@@ -101,17 +104,12 @@ def test_grid_and_settings():
 
 
 def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_steps():
-    """Records from before the ``ensemble_*`` fields: a network cell's is kept only by a grid
-    that asks for what it was fitted with (Adam, ``svi_steps`` steps, no ``min_delta``); the
-    other cells' are kept whatever the ensemble fields say."""
+    """Records from before the ``ensemble_*`` fields were fitted by Adam for ``svi_steps``
+    steps without ``min_delta``, the quick setting's defaults: kept by it. A grid that asks for
+    L-BFGS computes its network cells again and keeps the others."""
     quick = get_settings("quick").to_dict()
     legacy = {k: v for k, v in quick.items() if k not in ENSEMBLE_SETTINGS}
-    as_before = dict(
-        quick,
-        ensemble_optimizer="adam",
-        ensemble_steps=quick["svi_steps"],
-        ensemble_min_delta=0.0,
-    )
+    lbfgs = dict(quick, ensemble_optimizer="lbfgs", ensemble_steps=300, ensemble_min_delta=1e-3)
     for variant, networks in (
         ("diffnea/viscous/informative", False),
         ("nea", False),
@@ -126,12 +124,12 @@ def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_ste
             "network_format": NETWORK_FORMAT,
             "start_format": START_FORMAT,
         }
-        assert _finished(record, cell, quick) is not networks, variant
-        assert _finished(record, cell, as_before), variant
-        assert not _finished(record, cell, dict(as_before, svi_steps=7)), variant
-        current = dict(record, settings=quick)
-        assert _finished(current, cell, quick), variant
-        assert _finished(current, cell, dict(quick, ensemble_steps=7)) is not networks, variant
+        assert _finished(record, cell, quick), variant
+        assert _finished(record, cell, lbfgs) is not networks, variant
+        assert not _finished(record, cell, dict(quick, svi_steps=7)), variant
+        current = dict(record, settings=lbfgs)
+        assert _finished(current, cell, lbfgs), variant
+        assert _finished(current, cell, quick) is not networks, variant
 
 
 def test_submission_order_starts_a_variants_weak_prior_after_its_block():

@@ -51,9 +51,9 @@ def test_every_cell_has_a_posterior_with_width(cells):
     assert wb["base_error"] < 0.05 and wb["plausible_fraction"] == 1.0
     assert wb["energy_own"]["gaining"] == 0.0  # dissipative by construction, on its own energy
     assert cells["ffnn"].get("base_error") is None and cells["ffnn"]["energy_own"] is None
-    # the ensemble's members by the setting's optimiser (L-BFGS), its iterations as the budget
+    # the ensemble's members by the setting's optimiser and steps (not svi_steps)
     ensemble = cells["ffnn"]["posterior"]
-    assert ensemble["optimizer"] == SETTINGS["ensemble_optimizer"] == "lbfgs"
+    assert ensemble["optimizer"] == SETTINGS["ensemble_optimizer"] == "adam"
     assert max(max(np.atleast_1d(k)) for k in ensemble["kept_steps"]) <= SETTINGS["ensemble_steps"]
 
 
@@ -119,8 +119,15 @@ def test_an_ensemble_left_with_one_member_is_fitted_again_with_twice_the_members
     dataset, train, valid, _ = cells.cell_data(*cells._data_key(cell, SETTINGS))
     md, robot = model_data(train), dataset.robot()
     bm = build_model("ffnn", robot, scales=cells.data_scales(md, robot))
+    # the grid's other optimiser: L-BFGS iterations with a gain threshold, passed to fit_svi
+    lbfgs = dict(
+        SETTINGS, ensemble_optimizer="lbfgs", ensemble_steps=30, ensemble_min_delta=1e-3
+    )
     with pytest.warns(UserWarning, match="1 of 8 ensemble members"):
-        fit, info = cells.fit_posterior(bm, "whitened", train, valid, SETTINGS, key=0)
+        fit, info = cells.fit_posterior(bm, "whitened", train, valid, lbfgs, key=0)
+    assert info["optimizer"] == fit.attrs["settings"]["optimizer"] == "lbfgs"
+    assert fit.attrs["settings"]["steps"] == 30
+    assert fit.attrs["settings"]["validation"]["min_delta"] == 1e-3
     assert info["attempts"] == cells.ENSEMBLE_ATTEMPTS == 2
     assert fit.attrs["settings"]["members"] == 8 and info["members_weighted"] == 1
     assert np.count_nonzero(fit.ensemble_weights()) == 1
