@@ -366,11 +366,21 @@ def _start_points(bayes_model, key, restarts: int):
     return [bayes_model.start_sample(k) for k in jax.random.split(key, restarts)]
 
 
+WHITE_BOX_RESTARTS = 4
+"""Prior draws the white-box start (:func:`_white_box_start`) is fitted from; the lowest loss
+after the restart steps continues (``fit_svi``'s ``restarts``). From one draw, two quick-grid
+cells started their every member in a poor mode: Furuta trajectories ``diffnea/ffnn/weak`` and
+Furuta uniform ``nokin-diffnea/nn-friction/weak`` (seed 1; held-out NMSE 0.59 and 0.45 with
+L-BFGS members); from four, 0.0006 and 1.2e-6 with the grid's Adam members (docs/
+measurements.md, "The white-box start from four prior draws")."""
+
+
 def _white_box_start(bayes_model, observations, *, key, steps, learning_rate, progress):
     """``(values, record)``: the rigid-body start of a model whose ``white_box_start()`` names
     one (``models.BayesianModel.white_box_start``: weak-prior hybrids), the Newton-polished MAP
-    of its white-box counterpart started from a prior draw; None otherwise. ``record`` (JSON-able)
-    names the counterpart and says whether its MAP was a checked stationary point."""
+    of its white-box counterpart, the best of :data:`WHITE_BOX_RESTARTS` prior draws; None
+    otherwise. ``record`` (JSON-able) names the counterpart, holds the restarts' scores and
+    says whether its MAP was a checked stationary point."""
     staged = bayes_model.white_box_start()
     if staged is None:
         return None
@@ -383,6 +393,7 @@ def _white_box_start(bayes_model, observations, *, key, steps, learning_rate, pr
         steps=steps,
         learning_rate=learning_rate,
         polish=True,
+        restarts=WHITE_BOX_RESTARTS,
         progress=progress,
         num_predictive=0,
         log_likelihood=False,
@@ -390,6 +401,7 @@ def _white_box_start(bayes_model, observations, *, key, steps, learning_rate, pr
     record = {
         "variant": model.spec.name,
         "sites": list(sites),
+        "restarts": fit.attrs.get("restarts"),
         "map_converged": bool((fit.attrs.get("convergence") or {}).get("converged")),
         "seconds": time.perf_counter() - started,
     }

@@ -8,6 +8,7 @@ import pytest
 import bayes_nea as bn
 from inference import convergence_report, fit_svi, make_optimizer
 from inference.reference import linear_gaussian_model, simulate
+from inference.svi import WHITE_BOX_RESTARTS
 
 pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
 
@@ -881,6 +882,10 @@ def test_weak_prior_hybrids_start_their_rigid_body_at_the_white_box_map():
     fit = fit_svi(model, data, key=0, guide="delta", steps=2, restarts=1, **FAST)
     record = fit.attrs["settings"]["white_box_start"]
     assert record["variant"] == "diffnea/viscous/weak" and record["sites"] == ["inertia_z"]
+    # fitted from several prior draws, the lowest loss kept
+    restarts = record["restarts"]
+    assert restarts["restarts"] == WHITE_BOX_RESTARTS == len(restarts["scores"]) > 1
+    assert restarts["scores"][restarts["best"]] == min(restarts["scores"])
     point = np.asarray(fit.posterior_samples()["inertia_z"])[0]
     assert np.abs(base(point) - truth).max() < 0.05 * scale
     for k in range(2):  # the prior draws they would have started from
