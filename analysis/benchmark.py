@@ -51,7 +51,8 @@ class BenchmarkSettings:
             split by whole episode in the fractions ``split`` (training, validation, held-out).
         seeds: dataset seeds: every (system, dataset kind) is generated once per seed and every
             variant fitted to each (the grid's seed axis).
-        svi_steps, learning_rate: SVI (the MAP before NUTS; Adam-fitted ensemble members).
+        svi_steps, learning_rate: SVI steps of the MAP before NUTS, and the learning rate of
+            every Adam fit (that MAP, ensemble members under ``"adam"``).
         ensemble_optimizer, ensemble_steps, ensemble_min_delta: how each member of a network
             cell's ensemble is fitted (``inference.fit_svi``'s ``optimizer``, ``steps`` and
             ``min_delta``): ``"adam"`` steps at ``learning_rate`` (every setting), or

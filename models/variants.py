@@ -229,7 +229,8 @@ class BayesianModel:
         1e-7-0.03 (3,000 steps did not help: 0.26 / 0.38); started from the white-box MAP,
         Furuta trajectories ``diffnea/nn-friction/weak`` reached 0.00076 / 0.00021 (docs/
         measurements.md, "Weak-prior hybrids start from the white-box MAP"). The white-box MAP
-        itself starts from a prior draw: "without prior" stays a random initialisation.
+        itself starts from prior draws (the best of ``inference.svi.WHITE_BOX_RESTARTS``):
+        "without prior" stays a random initialisation.
         """
         if not starts_from_white_box(self.spec):
             return None
