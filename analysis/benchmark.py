@@ -282,21 +282,24 @@ ENSEMBLE_SETTINGS = ("ensemble_optimizer", "ensemble_steps", "ensemble_min_delta
 when these change."""
 
 
-def _legacy_settings(settings: dict) -> dict:
-    """Values of fields that a record's ``settings`` lacks because it predates them: what its
-    cell was computed with (ensembles: Adam for ``svi_steps`` steps, no ``min_delta``)."""
-    return {
+def recorded_settings(settings: dict) -> dict:
+    """A record's ``settings`` with the fields it lacks because it predates them filled with
+    what its cell was computed with (ensembles: Adam for ``svi_steps`` steps, no
+    ``min_delta``)."""
+    legacy = {
         "ensemble_optimizer": "adam",
         "ensemble_steps": settings.get("svi_steps"),
         "ensemble_min_delta": 0.0,
     }
+    return {**legacy, **settings}
 
 
 def _cell_settings(settings: dict, variant: str) -> dict:
     """The fields of ``settings`` that say how a cell of ``variant`` is computed: the grid's
-    axes left out, fields added since filled with the values used before (:func:`_legacy_settings`)
-    and the ensemble's fields left out for variants without networks."""
-    settings = {**_legacy_settings(settings), **settings}
+    axes left out, fields added since filled with the values used before
+    (:func:`recorded_settings`) and the ensemble's fields left out for variants without
+    networks."""
+    settings = recorded_settings(settings)
     drop = set(GRID_AXES) | (set() if _has_networks(variant) else set(ENSEMBLE_SETTINGS))
     return {k: v for k, v in settings.items() if k not in drop}
 

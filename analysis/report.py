@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.benchmark import load_records
+from analysis.benchmark import load_records, recorded_settings
 from analysis.cells import ENSEMBLE_ATTEMPTS
 from analysis.plots import plot_figure1, plot_grid, record_metric
 from data.io import write_text_atomic
@@ -403,11 +403,13 @@ def write_report(
     per_seed = collections.Counter(r["cell"].get("seed", 0) for r in records)
     seeds = ", ".join(f"{k} ({per_seed[k]} cells)" for k in sorted(per_seed))
     converged = [r for r in ok if _get(r, "posterior.converged")]
-    # the ensemble's fields are only in records made since they exist (older: Adam, svi_steps)
-    ensembles = [r.get("settings", {}) for r in ok if _get(r, "posterior.method") == "ensemble"]
+    ensembles = [
+        recorded_settings(r.get("settings", {}))
+        for r in ok
+        if _get(r, "posterior.method") == "ensemble"
+    ]
     optimizers = collections.Counter(
-        f"{s.get('ensemble_optimizer', 'adam')} x {s.get('ensemble_steps', s.get('svi_steps'))}"
-        for s in ensembles
+        f"{s['ensemble_optimizer']} x {s['ensemble_steps']}" for s in ensembles
     )
     members = ", ".join(f"{k} ({n} cells)" for k, n in sorted(optimizers.items())) or "none"
     lines = [

@@ -562,8 +562,10 @@ def _optimise_ensemble(
     """
     if opt == LBFGS:
         # a callable start is init_to_mean() (a model without prior draws): the latent sites at
-        # their prior means, as trace_sites gives them
-        starts = [s if isinstance(s, dict) else trace_sites(bayes_model, data)[0] for s in starts]
+        # their prior means, as trace_sites gives them (traced once for all such starts)
+        if not all(isinstance(s, dict) for s in starts):
+            means = trace_sites(bayes_model, data)[0]
+            starts = [s if isinstance(s, dict) else means for s in starts]
         guide = make_guide(init_to_value(values=starts[0]))
         init, step = _lbfgs_step(bayes_model, model_kwargs)
         state = init(jax.tree.map(lambda *x: jnp.stack(x), *starts))
