@@ -442,11 +442,8 @@ def fit_cell(cell: dict, settings: dict) -> dict:
         *data_key, rollout_steps(settings), int(settings.get("rollout_starts", 1))
     )
     seconds = float(settings.get("controller_seconds", 0))
-    true_success = (
-        _cached_true_controller(*data_key, seconds)
-        if seconds > 0 and not all(robot.actuated)
-        else None
-    )
+    swing_up = seconds > 0 and not all(robot.actuated)
+    true_success = _cached_true_controller(*data_key, seconds) if swing_up else None
     metrics = score_fit(
         bm,
         fit,
@@ -456,6 +453,7 @@ def fit_cell(cell: dict, settings: dict) -> dict:
         fit_seconds=fit_seconds,
         truth=truth,
         true_success=true_success,
+        controller=_cached_controller(*data_key) if swing_up else None,
     )
     metrics["posterior"] = info
     metrics["scales"] = {k: list(v) for k, v in scales.items()}
@@ -492,11 +490,21 @@ def base_parameter_error(bm, physical: dict, dataset) -> dict:
 
 
 def score_fit(
-    bm, fit, dataset, test, settings: dict, *, fit_seconds: float, truth=None, true_success=None
+    bm,
+    fit,
+    dataset,
+    test,
+    settings: dict,
+    *,
+    fit_seconds: float,
+    truth=None,
+    true_success=None,
+    controller=None,
 ) -> dict:
     """The cell's metrics for a fitted model (see the module docstring); ``truth``: the true
-    rollouts ``(q, qd)`` each (starts, steps + 1, n) from :func:`rollout_starts`, and
-    ``true_success``: the controller's success on the true plant, if already computed."""
+    rollouts ``(q, qd)`` each (starts, steps + 1, n) from :func:`rollout_starts`,
+    ``true_success``: the controller's success on the true plant, and ``controller``: the
+    provided controller of ``dataset``'s robot, each if already computed."""
     robot = dataset.robot()
     draws = thin_draws(fit.posterior_samples(), int(settings["draws"]))
     d = num_draws(draws)
@@ -558,9 +566,11 @@ def score_fit(
         plausible = float(np.mean(consistent))
         base = base_parameter_error(bm, physical, dataset)
 
-    controller = None
+    success = None
     if float(settings.get("controller_seconds", 0)) > 0 and not all(robot.actuated):
-        controller = controller_success(bm, draws, dataset, settings, true_success=true_success)
+        success = controller_success(
+            bm, draws, dataset, settings, true_success=true_success, controller=controller
+        )
 
     stride = max(1, int(round(1.0 / (BAND_RATE_HZ * dt))))
     return {
@@ -582,7 +592,7 @@ def score_fit(
         "energy_true": {"label": true_cls.label, **true_cls.fractions},
         "energy_gain_true_J": float(np.median(true_cls.max_gain)),
         "plausible_fraction": plausible,
-        "controller": controller,
+        "controller": success,
         "fit_seconds": fit_seconds,
         "draws": d,
         "band": {
@@ -596,15 +606,17 @@ def score_fit(
     }
 
 
-def controller_success(bm, draws, dataset, settings: dict, *, true_success=None) -> dict:
+def controller_success(
+    bm, draws, dataset, settings: dict, *, true_success=None, controller=None
+) -> dict:
     """``{"success_rate", "true_system_success", "seconds"}``: the provided swing-up controller
     (:func:`analysis.controllers.default_controller`, designed on the nominal model) in closed
     loop for ``controller_seconds`` from the pendulum at 0.1 rad, on every draw and on the true
     plant (its actuation delay included; ``true_success`` if already known). Rail limits are
     not enforced: the provided cart-pole swing-up uses more than its rail even on the true
-    system (``check_controller_result``)."""
+    system (``check_controller_result``). ``controller``: that controller, if already built."""
     seconds = float(settings["controller_seconds"])
-    check = _swing_up(dataset.robot(), bm.qdd_fn, draws, seconds)
+    check = _swing_up(dataset.robot(), bm.qdd_fn, draws, seconds, controller=controller)
     return {
         "success_rate": check.success_rate,
         "true_system_success": true_controller_success(dataset, seconds)
@@ -614,23 +626,31 @@ def controller_success(bm, draws, dataset, settings: dict, *, true_success=None)
     }
 
 
-def true_controller_success(dataset, seconds: float) -> bool:
+def true_controller_success(dataset, seconds: float, *, controller=None) -> bool:
     """The provided controller's success on the true plant (see :func:`controller_success`)."""
     qdd = dataset.true_dynamics()
     delay = bn.delay_steps(dataset.true_plant(), bn.DEFAULT_DT)
     check = _swing_up(
-        dataset.robot(), lambda _: qdd, {"x": jnp.zeros((1,))}, seconds, delay_steps=delay
+        dataset.robot(),
+        lambda _: qdd,
+        {"x": jnp.zeros((1,))},
+        seconds,
+        delay_steps=delay,
+        controller=controller,
     )
     return bool(check.success[0])
 
 
-def _swing_up(robot, qdd_fn_of_draw, draws, seconds: float, *, delay_steps: int = 0):
-    """The swing-up check of :func:`controller_success` on ``draws`` (a ``ControllerCheck``)."""
+def _swing_up(
+    robot, qdd_fn_of_draw, draws, seconds: float, *, delay_steps: int = 0, controller=None
+):
+    """The swing-up check of :func:`controller_success` on ``draws`` (a ``ControllerCheck``);
+    ``controller``: :func:`analysis.controllers.default_controller` of ``robot`` if None."""
     n = robot.n
     run = make_rollout_fn(
         qdd_fn_of_draw,
         steps=int(round(seconds / bn.DEFAULT_DT)),
-        controller=default_controller(robot),
+        controller=default_controller(robot) if controller is None else controller,
         delay_steps=delay_steps,
     )
     traj = run(draws, jnp.asarray(np.r_[np.zeros(n - 1), 0.1]), jnp.zeros(n))
@@ -642,4 +662,14 @@ def _swing_up(robot, qdd_fn_of_draw, draws, seconds: float, *, delay_steps: int 
 def _cached_true_controller(system, kind, seed, duration, episode_duration, split, seconds):
     """:func:`true_controller_success` of a :func:`cell_data` dataset, once per worker process."""
     dataset = cell_data(system, kind, seed, duration, episode_duration, split)[0]
-    return true_controller_success(dataset, seconds)
+    controller = _cached_controller(system, kind, seed, duration, episode_duration, split)
+    return true_controller_success(dataset, seconds, controller=controller)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_controller(system, kind, seed, duration, episode_duration, split):
+    """The provided controller of a :func:`cell_data` dataset's robot, built once per worker
+    process: designing it (the swing-up's LQR linearises the nominal model) took 3.6-3.8 s of
+    each cell (profiled on a core shared with a grid worker)."""
+    dataset = cell_data(system, kind, seed, duration, episode_duration, split)[0]
+    return default_controller(dataset.robot())

@@ -78,6 +78,27 @@ def test_cells_of_every_seed_take_the_normalisers_of_seed_0(cells):
     }
 
 
+def test_a_datasets_controller_is_designed_once_and_equals_a_fresh_design():
+    """The cells of a dataset share one swing-up controller (its LQR design linearises the
+    nominal model): the cached one is the same object for every cell of the dataset and gives
+    the torques of a controller designed afresh on the dataset's robot."""
+    import jax
+
+    from analysis.cells import _cached_controller, _data_key, cell_data
+    from analysis.controllers import default_controller
+
+    cell = make_grid(systems=("cartpole",), datasets=("uniform",), variants=("ffnn",))[0]
+    key = _data_key(cell, SETTINGS)
+    cached = _cached_controller(*key)
+    assert _cached_controller(*key) is cached
+    robot = cell_data(*key)[0].robot()
+    fresh = default_controller(robot)
+    q = jax.random.uniform(jax.random.key(0), (5, robot.n), minval=-3.0, maxval=3.0)
+    qd = jax.random.normal(jax.random.key(1), (5, robot.n))
+    for t, a, b in zip((0.0, 0.5, 1.0, 2.0, 4.0), q, qd, strict=True):
+        np.testing.assert_allclose(cached(t, a, b), fresh(t, a, b), rtol=0, atol=1e-12)
+
+
 def test_nea_noise_is_the_nominal_models_residual():
     """NEA's torque noise is fixed at the nominal model's residual, so its posterior has a mode
     on the under-actuated cart-pole; on the rigid plant's noise-free uniform data (the paper's
