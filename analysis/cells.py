@@ -616,10 +616,12 @@ def controller_success(
     not enforced: the provided cart-pole swing-up uses more than its rail even on the true
     system (``check_controller_result``). ``controller``: that controller, if already built."""
     seconds = float(settings["controller_seconds"])
-    check = _swing_up(dataset.robot(), bm.qdd_fn, draws, seconds, controller=controller)
+    robot = dataset.robot()
+    controller = default_controller(robot) if controller is None else controller
+    check = _swing_up(robot, bm.qdd_fn, draws, seconds, controller=controller)
     return {
         "success_rate": check.success_rate,
-        "true_system_success": true_controller_success(dataset, seconds)
+        "true_system_success": true_controller_success(dataset, seconds, controller=controller)
         if true_success is None
         else bool(true_success),
         "seconds": seconds,
