@@ -27,7 +27,7 @@ from pathlib import Path
 from analysis.cells import fit_cell, grid_dataset_options
 from analysis.resources import release_compiled_programs, sweep_client
 from data.io import remove_stale_temporaries, write_json_atomic
-from inference import LBFGS, OPTIMIZERS
+from inference import LBFGS, OPTIMIZERS, TRAIN_DTYPES
 from models import ModelSpec, variant_names
 from models.actuators import NETWORK_FORMAT, reshaped_since
 from models.variants import START_FORMAT, has_networks, start_changed_since
@@ -62,6 +62,9 @@ class BenchmarkSettings:
             covering more, but the median rollout error at 1 s 1.39x larger and little faster
             on a warm seed (docs/measurements.md, "The grid's ensembles by L-BFGS"). Records
             from before these fields existed were Adam, ``svi_steps`` steps, ``min_delta`` 0.
+        ensemble_dtype: ``"float64"`` or ``"float32"``: the dtype the members' optimisation steps
+            run in (``fit_svi``'s ``train_dtype``; everything after them runs in float64).
+            Records from before this field were float64.
         num_warmup, num_samples, num_chains, max_tree_depth: NUTS per attempt; an attempt that
             did not converge is extended by ``num_samples`` draws per chain when only R-hat
             (above 1.01) or bulk ESS (below ``min_ess``) fell short, and re-run with a new key,
@@ -90,6 +93,7 @@ class BenchmarkSettings:
     ensemble_optimizer: str = "adam"
     ensemble_steps: int = 1000
     ensemble_min_delta: float = 0.0
+    ensemble_dtype: str = "float64"
     num_warmup: int = 300
     num_samples: int = 500
     num_chains: int = 2
@@ -185,6 +189,11 @@ def get_settings(setting: str | BenchmarkSettings, **overrides) -> BenchmarkSett
             f"ensemble_optimizer must be one of {list(optimizers)}, got "
             f"{overrides['ensemble_optimizer']!r}"
         )
+    if overrides.get("ensemble_dtype", "float64") not in TRAIN_DTYPES:
+        raise ValueError(
+            f"ensemble_dtype must be one of {list(TRAIN_DTYPES)}, got "
+            f"{overrides['ensemble_dtype']!r}"
+        )
     delta = float(overrides.get("ensemble_min_delta", 0.0))
     if not (math.isfinite(delta) and delta >= 0.0):
         raise ValueError(f"ensemble_min_delta must be a finite number >= 0, got {delta!r}")
@@ -277,7 +286,7 @@ GRID_AXES = ("seeds",)
 carries its own dataset seed): a run with more seeds keeps the cells of the seeds it shares."""
 
 
-ENSEMBLE_SETTINGS = ("ensemble_optimizer", "ensemble_steps", "ensemble_min_delta")
+ENSEMBLE_SETTINGS = ("ensemble_optimizer", "ensemble_steps", "ensemble_min_delta", "ensemble_dtype")
 """Settings fields that only network cells (ensembles) use: the other cells keep their records
 when these change."""
 
@@ -285,11 +294,12 @@ when these change."""
 def recorded_settings(settings: dict) -> dict:
     """A record's ``settings`` with the fields it lacks because it predates them filled with
     what its cell was computed with (ensembles: Adam for ``svi_steps`` steps, no
-    ``min_delta``)."""
+    ``min_delta``, float64)."""
     legacy = {
         "ensemble_optimizer": "adam",
         "ensemble_steps": settings.get("svi_steps"),
         "ensemble_min_delta": 0.0,
+        "ensemble_dtype": "float64",
     }
     return {**legacy, **settings}
 

@@ -94,6 +94,13 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--float32", action="store_true", help="run in float32 (BAYES_NEA_X64=0)")
+    parser.add_argument(
+        "--train-dtype",
+        choices=("float32", "float64"),
+        default=None,
+        help="SVI: dtype of the optimisation steps only (float32: network models' steps about "
+        "1.4x faster on the CPU; everything after them runs in float64)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -137,6 +144,8 @@ def run(args) -> int:
         raise ValueError("--polish finishes an SVI MAP: it needs --method svi --guide delta")
     if args.target_accept is not None and args.target_accept >= 1.0:
         raise ValueError(f"--target-accept must be below 1, got {args.target_accept}")
+    if args.train_dtype is not None and args.method != "svi":
+        raise ValueError("--train-dtype sets the dtype of SVI's steps; it needs --method svi")
     validation = validation_fraction(args.validation)
     if validation and (args.method != "svi" or args.polish):
         raise ValueError(
@@ -182,6 +191,7 @@ def run(args) -> int:
             learning_rate=args.learning_rate,
             progress=progress,
             polish=args.polish,
+            train_dtype=args.train_dtype,
         )
         convergence = result.attrs["convergence"]
         print(convergence["message"])

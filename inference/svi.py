@@ -361,6 +361,22 @@ def _run_svi(
     return state, np.concatenate(losses) if losses else np.zeros(0), compile_s, run_s
 
 
+TRAIN_DTYPES = ("float32", "float64")
+
+
+def with_float_dtype(tree, dtype):
+    """``tree`` with its floating arrays cast to ``dtype`` (None: unchanged; integer arrays and
+    other leaves are kept)."""
+    if dtype is None:
+        return tree
+    return jax.tree.map(
+        lambda x: jnp.asarray(x, dtype)
+        if isinstance(x, jax.Array | np.ndarray) and jnp.issubdtype(x.dtype, jnp.floating)
+        else x,
+        tree,
+    )
+
+
 def _start_points(bayes_model, key, restarts: int):
     """Prior draws to start from (``bayes_model.start_sample``), or None (prior means)."""
     if not hasattr(bayes_model, "start_sample"):
@@ -377,7 +393,9 @@ L-BFGS members); from four, 0.0006 and 1.2e-6 with the grid's Adam members (docs
 measurements.md, "The white-box start from four prior draws")."""
 
 
-def _white_box_start(bayes_model, observations, *, key, steps, learning_rate, progress):
+def _white_box_start(
+    bayes_model, observations, *, key, steps, learning_rate, train_dtype, progress
+):
     """``(values, record)``: the rigid-body start of a model whose ``white_box_start()`` names
     one (``models.BayesianModel.white_box_start``: weak-prior hybrids), the Newton-polished MAP
     of its white-box counterpart, the best of :data:`WHITE_BOX_RESTARTS` prior draws; None
@@ -396,6 +414,7 @@ def _white_box_start(bayes_model, observations, *, key, steps, learning_rate, pr
         learning_rate=learning_rate,
         polish=True,
         restarts=WHITE_BOX_RESTARTS,
+        train_dtype=train_dtype,
         progress=progress,
         num_predictive=0,
         log_likelihood=False,
@@ -853,6 +872,7 @@ def fit_svi(
     gradient_tol: float = 1.0,
     num_predictive: int = 200,
     log_likelihood: bool = True,
+    train_dtype: str | None = None,
     progress: bool = True,
 ) -> FitResult:
     """Fit ``bayes_model`` to ``data`` by SVI and return the guide's posterior as a result.
@@ -932,6 +952,14 @@ def fit_svi(
             (field ``early_stopped``; the training gradient is then not small by design).
         num_predictive: posterior-predictive draws (0: none).
         log_likelihood: add the pointwise log-likelihood group.
+        train_dtype: floating dtype of the optimisation steps (``"float32"`` or ``"float64"``;
+            None: the data's, float64 by default). ``"float32"`` runs the steps (and the early
+            stopping scores) on the data and starts cast to single precision: network models'
+            gradients cost 0.5-0.7x on the CPU (docs/measurements.md, "Ensemble members in
+            single precision"). The points found are cast back to the data's dtype and
+            everything after the steps (noise profiling, member weights, calibration, the
+            gradient test, the Newton polish, draws, predictive) runs in it; a weak-prior
+            hybrid's white-box start takes its steps in this dtype too. Recorded.
         progress: print a progress line per chunk on stderr.
 
     Returns:
@@ -947,6 +975,8 @@ def fit_svi(
     """
     observations, data, summary = fit_inputs(bayes_model, data)
     check_choice("guide", guide, GUIDES)
+    if train_dtype is not None:
+        check_choice("train_dtype", train_dtype, TRAIN_DTYPES)
     check_choice("output_layer", output_layer, ("auto", "laplace", "none"))
     if guide == "auto":
         guide = "delta" if polish else default_guide(bayes_model)
@@ -1012,6 +1042,7 @@ def fit_svi(
         "chunk_size": chunk_size,
         "subsample_size": subsample_size,
         "output_layer": output_layer,
+        "train_dtype": train_dtype,
     }
     if val_nll is not None:
         settings["validation"] = {
@@ -1035,6 +1066,12 @@ def fit_svi(
         timing["compile_s"] += t["compile_s"]
         timing["run_s"] += t["run_s"]
 
+    data_dtype = jnp.result_type(observations.q)
+
+    def for_steps(tree):
+        """``tree`` (data, start points) in the dtype the optimisation steps run in."""
+        return with_float_dtype(tree, settings["train_dtype"])
+
     monitors = []
 
     def monitor_factory(label, batched=False):
@@ -1052,7 +1089,7 @@ def fit_svi(
                     patience=patience,
                     label=label,
                     batched=batched,
-                    data=val_data,
+                    data=for_steps(val_data),
                     min_delta=min_delta,
                 )
             )
@@ -1075,7 +1112,8 @@ def fit_svi(
             raise ValueError(f"resume: result used guide {old['guide']!r}, asked for {guide!r}")
         if "svi_state" not in resume.idata.children:
             raise ValueError("resume: the result holds no SVI state")
-        settings.update({k: old[k] for k in settings if k not in ("chunk_size",)})
+        # results from before a setting existed ran with its default
+        settings.update({k: old[k] for k in settings if k != "chunk_size" and k in old})
         stored = resume.idata["svi_state"].to_dataset()
         previous_losses = np.asarray(resume.idata["svi_loss"]["loss"].values)
         if "map_loss" in resume.idata["svi_loss"]:
@@ -1083,7 +1121,7 @@ def fit_svi(
         inits = [init_to_mean()]
     elif init is not None:
         values = point_values(init, latent) if isinstance(init, FitResult) else dict(init)
-        inits = [init_to_value(values=values)]
+        inits = [init_to_value(values=for_steps(values))]
     else:
         starts = _start_points(bayes_model, k_start, restarts)
         staged = (
@@ -1093,6 +1131,7 @@ def fit_svi(
                 key=jax.random.fold_in(k_start, 1),
                 steps=steps,
                 learning_rate=learning_rate,
+                train_dtype=train_dtype,
                 progress=progress,
             )
             if starts is not None and hasattr(bayes_model, "white_box_start")
@@ -1106,7 +1145,7 @@ def fit_svi(
         inits = (
             [init_to_mean()]
             if starts is None
-            else [{k: p[k] for k in latent} for p in starts]
+            else [for_steps({k: p[k] for k in latent}) for p in starts]
         )
         settings["start"] = "prior draws" if starts is not None else "prior mean"
         settings["restarts"] = len(inits)
@@ -1126,7 +1165,7 @@ def fit_svi(
                     guide_factory("delta"),
                     opt,
                     SortedTrace_ELBO(),
-                    data,
+                    for_steps(data),
                     key=k_map,
                     starts=inits,
                     steps=map_steps,
@@ -1156,13 +1195,13 @@ def fit_svi(
     if stored is not None:
         guide_obj = guide_factory(guide)(inits[0])
         svi = SVI(bayes_model.model, guide_obj, optax_to_numpyro(opt), elbo)
-        state = svi.init(k_init, data, **model_kwargs)
+        state = svi.init(k_init, for_steps(data), **model_kwargs)
         state = state_from_dataset(stored, state, kind=f"svi/{guide}")
         make_monitor = monitor_factory(guide)
         state, losses, c_s, r_s = _run_svi(
             svi,
             state,
-            data,
+            for_steps(data),
             steps=steps,
             chunk_size=chunk_size,
             model_kwargs=model_kwargs,
@@ -1177,7 +1216,7 @@ def fit_svi(
             bayes_model,
             guide_factory("delta"),
             opt,
-            data,
+            for_steps(data),
             key=k_init,
             starts=inits,
             steps=steps,
@@ -1187,13 +1226,14 @@ def fit_svi(
             monitor_factory=monitor_factory("ensemble", batched=True),
         )
         add_timing(t)
+        stacked_points = with_float_dtype(stacked_points, data_dtype)
     else:
         svi, guide_obj, state, losses, info, t = _optimise(
             bayes_model,
             guide_factory(guide),
             opt,
             elbo,
-            data,
+            for_steps(data),
             key=k_init,
             starts=inits,
             steps=steps,
@@ -1232,7 +1272,7 @@ def fit_svi(
 
     if members is None:
         params = svi.get_params(state)
-        points = [guide_obj.median(params)]
+        points = [with_float_dtype(guide_obj.median(params), data_dtype)]
     else:
         kept_points = {k: stacked_points[k][np.asarray(members["kept"])] for k in latent}
         kept_points, members["noise_profile"] = _profile_noise(bayes_model, data, kept_points)
@@ -1308,7 +1348,7 @@ def fit_svi(
         params = svi.get_params(state)
         draws = 1 if guide == "delta" else num_samples
         post = guide_obj.sample_posterior(k_draw, params, sample_shape=(draws,))
-        samples = {k: jnp.asarray(post[k])[None] for k in latent}
+        samples = {k: jnp.asarray(post[k], data_dtype)[None] for k in latent}
     map_report = None
     if polish:
         if guide != "delta":

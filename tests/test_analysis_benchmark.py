@@ -91,6 +91,8 @@ def test_grid_and_settings():
         get_settings("quick", ensemble_optimizer="newton")
     with pytest.raises(ValueError, match="ensemble_min_delta must be a finite number >= 0"):
         get_settings("quick", ensemble_min_delta=-1e-3)
+    with pytest.raises(ValueError, match="ensemble_dtype must be one of .*'float32'"):
+        get_settings("quick", ensemble_dtype="bfloat16")
     assert get_settings("quick", ensemble_optimizer="lbfgs").ensemble_optimizer == "lbfgs"
     # the seed axis: every (system, dataset, variant) once per dataset seed, seed outermost
     seeded = make_grid(variants=VARIANTS, seeds=(0, 1, 2))
@@ -105,11 +107,13 @@ def test_grid_and_settings():
 
 def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_steps():
     """Records from before the ``ensemble_*`` fields were fitted by Adam for ``svi_steps``
-    steps without ``min_delta``, the quick setting's defaults: kept by it. A grid that asks for
-    L-BFGS computes its network cells again and keeps the others."""
+    steps without ``min_delta``, in float64, the quick setting's defaults: kept by it. A grid
+    that asks for L-BFGS, or for float32 members, computes its network cells again and keeps
+    the others."""
     quick = get_settings("quick").to_dict()
     legacy = {k: v for k, v in quick.items() if k not in ENSEMBLE_SETTINGS}
     lbfgs = dict(quick, ensemble_optimizer="lbfgs", ensemble_steps=300, ensemble_min_delta=1e-3)
+    single = dict(quick, ensemble_dtype="float32")
     for variant, networks in (
         ("diffnea/viscous/informative", False),
         ("nea", False),
@@ -126,6 +130,7 @@ def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_ste
         }
         assert _finished(record, cell, quick), variant
         assert _finished(record, cell, lbfgs) is not networks, variant
+        assert _finished(record, cell, single) is not networks, variant
         assert not _finished(record, cell, dict(quick, svi_steps=7)), variant
         current = dict(record, settings=lbfgs)
         assert _finished(current, cell, lbfgs), variant
