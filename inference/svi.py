@@ -955,11 +955,12 @@ def fit_svi(
         train_dtype: floating dtype of the optimisation steps (``"float32"`` or ``"float64"``;
             None: the data's, float64 by default). ``"float32"`` runs the steps (and the early
             stopping scores) on the data and starts cast to single precision: network models'
-            gradients cost 0.5-0.7x on the CPU (docs/measurements.md, "Ensemble members in
-            single precision"). The points found are cast back to the data's dtype and
-            everything after the steps (noise profiling, member weights, calibration, the
-            gradient test, the Newton polish, draws, predictive) runs in it; a weak-prior
-            hybrid's white-box start takes its steps in this dtype too. Recorded.
+            gradients cost 0.44-0.62x on the CPU, a grid cell about 0.7-0.95x
+            (docs/measurements.md, "Ensemble members in single precision"). The points found
+            are cast back to the data's dtype and everything after the steps (noise
+            profiling, member weights, calibration, the gradient test, the Newton polish,
+            draws, predictive) runs in it; a weak-prior hybrid's white-box start takes its
+            steps in this dtype too. Recorded.
         progress: print a progress line per chunk on stderr.
 
     Returns:
