@@ -264,7 +264,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             steps=steps,
             optimizer=settings["ensemble_optimizer"],
             min_delta=float(settings["ensemble_min_delta"]),
-            train_dtype=settings.get("ensemble_dtype", "float64"),
+            train_dtype=settings["ensemble_dtype"],
         )
         restarts, attempts = None, 0  # fit_svi's default number of members first
         while True:  # fewer than two members that did not fail: twice the members, a new key
