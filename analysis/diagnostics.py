@@ -57,7 +57,9 @@ def accel_nmse(pred, qdd) -> np.ndarray:
     return np.mean((mean - qdd) ** 2, axis=0) / np.maximum(np.var(qdd, axis=0), 1e-12)
 
 
-def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: int = 200) -> dict:
+def heldout_ppc(
+    bayes_model, result, dataset, *, prob: float = 0.9, max_draws: int = 200, support=None
+) -> dict:
     """Posterior-predictive check of joint accelerations on held-out data.
 
     Each draw predicts ``qdd`` with its forward dynamics (:func:`heldout_predictions`); its
@@ -72,6 +74,11 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
     residuals per joint (Fisher's: 0 for Normal errors; hardware-like accelerations, filtered
     differences of quantised positions, measured 20-45: a Normal noise model's band then
     over-covers the bulk, ``noise="student-t"`` fits).
+
+    With ``support`` (an :class:`analysis.support.TrainingSupport` of the fit's training data)
+    also the fraction of held-out states outside it, and the coverage per joint of the states
+    inside and outside it (``None`` where there are none): a network's band is only as good as
+    the training states around the point it predicts.
     """
     draws = thin_draws(result.posterior_samples(), max_draws)
     pred = heldout_predictions(bayes_model, draws, dataset)
@@ -102,7 +109,7 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
         )
     lo, hi = np.nanquantile(pred, [(1 - prob) / 2, (1 + prob) / 2], axis=0)
     inside = (qdd >= lo) & (qdd <= hi)
-    return {
+    out = {
         "nmse": nmse.tolist(),
         "coverage": float(np.mean(inside)),
         "coverage_per_joint": inside.mean(axis=0).tolist(),
@@ -112,6 +119,14 @@ def heldout_ppc(bayes_model, result, dataset, *, prob: float = 0.9, max_draws: i
         "points": int(qdd.shape[0]),
         "with_noise": with_noise,
     }
+    if support is not None:
+        q, qd, _, tau = dataset.arrays()
+        near = support.inside(q, qd, tau)
+        out["outside_support"] = float(1.0 - near.mean())
+        for name, mask in (("inside", near), ("outside", ~near)):
+            cover = inside[mask].mean(axis=0).tolist() if mask.any() else None
+            out[f"coverage_{name}_support_per_joint"] = cover
+    return out
 
 
 def _save_collection(pc, path: Path) -> Path:

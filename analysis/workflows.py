@@ -28,6 +28,7 @@ from analysis.rollouts import (
     num_draws,
     thin_draws,
 )
+from analysis.support import fit_support
 from bayes_nea.control import computed_torque_pd, joint_impedance, rigid_body_inverse
 from inference import FitResult, load_result
 
@@ -72,7 +73,9 @@ def rollout_result(
     Returns:
         {"figure": path, "finite_fraction": float}, plus ``"energy"`` ({class: fraction}) and
         ``"label"`` for uncontrolled rollouts, or ``"coverage"`` (fraction of logged positions
-        inside the band) and ``"replay"`` (episode, seconds) with ``dataset``.
+        inside the band), ``"outside_support"`` (fraction of the replayed logged states ``(q, qd,
+        tau)`` outside the fitted data's support, :func:`analysis.support.fit_support`: where a
+        network extrapolates) and ``"replay"`` (episode, seconds) with ``dataset``.
     """
     _check_draws_and_seconds(max_draws, seconds)
     result = load_result(result_path)
@@ -120,6 +123,8 @@ def rollout_result(
         summary |= {"energy": energy.fractions, "label": energy.label}
     else:
         summary["coverage"] = band_coverage(band, logged)
+        near = fit_support(result).inside(ep.q[:steps], ep.qd[:steps], ep.tau[:steps])
+        summary["outside_support"] = float(1.0 - near.mean())
         summary["replay"] = {"episode": int(episode), "seconds": steps * dt}
     return summary
 

@@ -29,6 +29,9 @@ NUTS (``--white-box-geometry whitened``: in the virtual parameters). One table r
   accelerations: mean width and coverage per joint (``analysis.diagnostics.heldout_ppc``), and
   the coverage on each of ``--extra-test`` s of further episodes (an independent recording of
   the same plant): one 5 s test episode is a single draw of how hard an episode is.
+- network variants: the fraction of held-out states outside the training data's support
+  (``analysis.support``: farther from every training state than the 0.95 quantile of the
+  training episodes' distances to each other), and the band's coverage inside and outside it.
 
 Kinds: ``trajectories`` and ``hardware`` (this library's generator) and ``foreign``: a log a user
 would bring: Pinocchio (a dynamics library we did not write) integrates the system with RK4 at
@@ -69,6 +72,7 @@ from analysis.diagnostics import heldout_ppc, heldout_predictions  # noqa: E402
 from analysis.energy import divergence_flags  # noqa: E402
 from analysis.resources import release_compiled_programs  # noqa: E402
 from analysis.rollouts import make_rollout_fn, thin_draws  # noqa: E402
+from analysis.support import training_support  # noqa: E402
 from data import generate_dataset, import_log  # noqa: E402
 from inference import fit_svi  # noqa: E402
 from models import build_model, data_scales, model_data  # noqa: E402
@@ -333,7 +337,8 @@ def main(argv=None) -> int:
     head = (
         "| variant | NMSE recorded | NMSE noise-free | base err | replays out | converged | "
         "grad rms/sqrt(N) | restarts spread | kept steps | s | guide | 90 % band width | "
-        "coverage | coverage, more episodes: mean [min-max] |"
+        "coverage | coverage, more episodes: mean [min-max] | held-out outside support "
+        "(coverage inside / outside) |"
     )
     with tempfile.TemporaryDirectory() as workdir:
         for system in args.systems:
@@ -348,6 +353,7 @@ def main(argv=None) -> int:
                 )
                 md = model_data(train, robot=robot)
                 scales = data_scales(md, robot)
+                support = training_support(train)
                 print(
                     f"## {system} / {kind}: {md.q.shape[0]} training, {test.arrays()[0].shape[0]} "
                     "held-out samples"
@@ -390,10 +396,16 @@ def main(argv=None) -> int:
                     if args.noise == "student-t-learned":  # the draws' median learned df
                         df = jax.vmap(model.physical)(draws)["df_qdd"]
                         guide += f", df {fmt(np.median(np.asarray(df), axis=0))}"
-                    band = cover = more = "-"
+                    band = cover = more = outside = "-"
                     if not guide.startswith("delta"):
-                        ppc = heldout_ppc(model, fit, test)
+                        ppc = heldout_ppc(model, fit, test, support=support)
                         band, cover = fmt(ppc["width_per_joint"]), fmt(ppc["coverage_per_joint"])
+                        outside = f"{ppc['outside_support']:.3f} ({'; '.join(
+                            '-' if c is None else fmt(c) for c in (
+                                ppc['coverage_inside_support_per_joint'],
+                                ppc['coverage_outside_support_per_joint'],
+                            )
+                        )})"
                         if extra is not None:
                             more = f"{len(extra.episodes)}: {episode_coverage(model, fit, extra)}"
                     print(
@@ -401,7 +413,7 @@ def main(argv=None) -> int:
                         f" | {'-' if err is None else f'{err:.3g}'} | {replays} | {c['converged']} "
                         f"(loss {c['loss_converged']}) | {c['grad_relative']:.3g} | "
                         f"{'-' if r is None else f'{r['spread']:.3g} ({r['restarts']})'} | "
-                        f"{kept} | {wall:.0f} | {guide} | {band} | {cover} | {more} |",
+                        f"{kept} | {wall:.0f} | {guide} | {band} | {cover} | {more} | {outside} |",
                         flush=True,
                     )
                 print()

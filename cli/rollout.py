@@ -55,6 +55,8 @@ def run(args) -> int:
         print(
             f"replay of episode {args.episode} ({res['replay']['seconds']:g} s): "
             f"{res['coverage']:.0%} of the logged positions inside the band, "
-            f"{res['finite_fraction']:.0%} of the draws finite"
+            f"{res['finite_fraction']:.0%} of the draws finite; "
+            f"{res['outside_support']:.0%} of its logged states outside the fitted data "
+            "(a network's band there is extrapolation)"
         )
     return 0

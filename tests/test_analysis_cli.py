@@ -2,6 +2,7 @@
 ``rollout`` / ``check-controller``; ``run --help`` stays cheap."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -55,6 +56,25 @@ def test_rollout_command(saved_fit, capsys):
     # fractions of the classes printed sum to one
     fractions = [float(w) for w in out.split(":")[-1].replace(",", " ").split() if _is_number(w)]
     assert fractions and abs(sum(fractions) - 1.0) < 0.02
+
+
+def test_rollout_replay_reports_the_fitted_datas_support(saved_fit, capsys):
+    # the fitted log replayed: every state a training state; uniform states over the whole
+    # state domain with random efforts: many unlike the 2 s of swing-up the fit saw
+    folder, fit_path = saved_fit
+    uniform = folder / "uniform.npz"
+    argv = ["simulate", "--system", "cartpole", "--dataset", "uniform", "--duration", "1"]
+    assert main([*argv, "--seed", "6", "--out", str(uniform)]) == 0
+    outside = {}
+    for name, data in (("fitted", folder / "data.npz"), ("uniform", uniform)):
+        capsys.readouterr()
+        argv = ["rollout", str(fit_path), "--data", str(data), "--seconds", "0.5", "--draws", "4"]
+        assert main([*argv, "--out", str(folder / f"replay-{name}.png")]) == 0
+        out = capsys.readouterr().out
+        m = re.search(r"(\d+)% of its logged states outside the fitted data", out)
+        assert m, out
+        outside[name] = int(m.group(1))
+    assert outside["fitted"] == 0 and outside["uniform"] >= 20, outside  # 5 % if alike
 
 
 def test_check_controller_command(saved_fit, capsys):

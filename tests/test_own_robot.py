@@ -270,6 +270,8 @@ def test_readme_commands_run_on_the_panda_at_tiny_size(tmp_path, xla_cache_dir):
     robot = data.load_dataset(folder / "panda.npz").robot()
     assert robot.n == 7
     assert "replay of episode 0" in done.stdout and "of the logged positions inside" in done.stdout
+    # the replayed episode was fitted: every one of its states is a training state
+    assert "0% of its logged states outside the fitted data" in done.stdout
     report = json.loads(done.stdout[done.stdout.rindex("\n{") :])  # check-controller's JSON
     assert report["controller"] == "computed-torque" and report["draws"] == 4
     assert list(report["rmse_per_joint"]) == list(robot.joint_names)
