@@ -181,6 +181,15 @@ def run(args) -> int:
                 f"early stopping on {len(held_out.episodes)} of {len(dataset.episodes)} episodes "
                 f"held out ({held_out.arrays()[0].shape[0]} samples; --validation 0 turns it off)"
             )
+            if networks:  # early stopping and the band's calibration judge these episodes
+                from analysis.support import DEFAULT_QUANTILE, training_support
+
+                q, qd, _, tau = held_out.arrays()
+                outside = 1.0 - training_support(fit_data).inside(q, qd, tau).mean()
+                print(
+                    f"{outside:.0%} of the held-out states lie outside the training states' "
+                    f"support (episodes like the training ones: about {1 - DEFAULT_QUANTILE:.0%})"
+                )
         result = fit_svi(
             model,
             fit_data,
