@@ -400,12 +400,14 @@ def main(argv=None) -> int:
                     if not guide.startswith("delta"):
                         ppc = heldout_ppc(model, fit, test, support=support)
                         band, cover = fmt(ppc["width_per_joint"]), fmt(ppc["coverage_per_joint"])
-                        outside = f"{ppc['outside_support']:.3f} ({'; '.join(
-                            '-' if c is None else fmt(c) for c in (
-                                ppc['coverage_inside_support_per_joint'],
-                                ppc['coverage_outside_support_per_joint'],
+                        sides = (
+                            "-" if c is None else fmt(c)
+                            for c in (
+                                ppc["coverage_inside_support_per_joint"],
+                                ppc["coverage_outside_support_per_joint"],
                             )
-                        )})"
+                        )
+                        outside = f"{ppc['outside_support']:.3f} ({'; '.join(sides)})"
                         if extra is not None:
                             more = f"{len(extra.episodes)}: {episode_coverage(model, fit, extra)}"
                     print(
