@@ -67,6 +67,28 @@ class TrainingSupport:
         """(N,) bool: the state is within :attr:`radius` of a training state."""
         return self.distance(q, qd, tau) <= self.radius
 
+    def exit_time(self, q, qd, tau, dt: float) -> np.ndarray:
+        """(D,) time (s) at which each of D rollouts first leaves the support; ``inf`` for a
+        rollout that stays inside over its T steps.
+
+        Args:
+            q, qd: (D, T + 1, n) rollout states (:class:`bayes_nea.Trajectory`'s ``q``, ``qd``).
+            tau: (T, n) or (D, T, n) applied efforts; state ``k`` is read with ``tau[k]`` and the
+                last state, which no effort follows, is not read.
+            dt: step (s).
+        A non-finite state counts as outside.
+        """
+        q, qd = np.asarray(q, dtype=float), np.asarray(qd, dtype=float)
+        D, T = q.shape[0], q.shape[1] - 1
+        tau = np.broadcast_to(np.asarray(tau, dtype=float), (D, T, q.shape[2]))
+        flat = [x[:, :T].reshape(D * T, -1) for x in (q, qd)] + [tau.reshape(D * T, -1)]
+        finite = np.all(np.isfinite(np.concatenate(flat, axis=1)), axis=1)
+        out = ~finite
+        out[finite] = ~self.inside(*(x[finite] for x in flat))
+        out = out.reshape(D, T)
+        first = np.argmax(out, axis=1)
+        return np.where(out.any(axis=1), first * float(dt), np.inf)
+
 
 def support_of_blocks(
     joint_types, blocks, *, quantile: float = DEFAULT_QUANTILE

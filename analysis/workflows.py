@@ -71,7 +71,10 @@ def rollout_result(
     drawn over the logged positions and their coverage reported.
 
     Returns:
-        {"figure": path, "finite_fraction": float}, plus ``"energy"`` ({class: fraction}) and
+        {"figure": path, "finite_fraction": float, "support_exit_s": {"q10", "q50", "q90"}:
+        quantiles over the draws of the time (s) their rollout first leaves the fitted data's
+        support (:meth:`analysis.support.TrainingSupport.exit_time`; ``inf``: not within the
+        rollout; past it a network extrapolates)}, plus ``"energy"`` ({class: fraction}) and
         ``"label"`` for uncontrolled rollouts, or ``"coverage"`` (fraction of logged positions
         inside the band), ``"outside_support"`` (fraction of the replayed logged states ``(q, qd,
         tau)`` outside the fitted data's support, :func:`analysis.support.fit_support`: where a
@@ -114,16 +117,25 @@ def rollout_result(
         )
     traj = make_rollout_fn(bm.qdd_fn, steps=steps, dt=dt)(draws, q0, qd0, tau)
     band = credible_band(traj.q, prob=prob)
+    support = fit_support(result)
+    exit_s = support.exit_time(traj.q, traj.qd, traj.tau, dt)
     fig = plot_rollout_band(
         out, traj.t, band, robot=robot, truth=logged, truth_label="logged", title=title
     )
-    summary = {"figure": fig, "finite_fraction": band.finite_fraction}
+    summary = {
+        "figure": fig,
+        "finite_fraction": band.finite_fraction,
+        "support_exit_s": {  # draws' own times (no interpolation towards inf)
+            k: float(np.quantile(exit_s, p, method="inverted_cdf"))
+            for k, p in (("q10", 0.1), ("q50", 0.5), ("q90", 0.9))
+        },
+    }
     if dataset is None:  # energy classes mean something without applied efforts only
         energy = analyse_energy(robot, traj.q, traj.qd)
         summary |= {"energy": energy.fractions, "label": energy.label}
     else:
         summary["coverage"] = band_coverage(band, logged)
-        near = fit_support(result).inside(ep.q[:steps], ep.qd[:steps], ep.tau[:steps])
+        near = support.inside(ep.q[:steps], ep.qd[:steps], ep.tau[:steps])
         summary["outside_support"] = float(1.0 - near.mean())
         summary["replay"] = {"episode": int(episode), "seconds": steps * dt}
     return summary

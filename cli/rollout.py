@@ -46,6 +46,14 @@ def run(args) -> int:
         episode=args.episode,
     )
     print(f"figure: {res['figure']}")
+    ex = {
+        k: "not within the rollout" if v == float("inf") else f"{v:.2f} s"
+        for k, v in res["support_exit_s"].items()
+    }
+    print(
+        f"the rollouts leave the fitted data's support after {ex['q50']} (median over the draws; "
+        f"10 %: {ex['q10']}, 90 %: {ex['q90']}); past that a network extrapolates"
+    )
     if args.data is None:
         print(
             f"energy of the uncontrolled rollouts: {res['label']} "

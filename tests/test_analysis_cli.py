@@ -53,6 +53,7 @@ def test_rollout_command(saved_fit, capsys):
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     assert "energy of the uncontrolled rollouts" in out
+    assert "the rollouts leave the fitted data's support after" in out
     # fractions of the classes printed sum to one
     fractions = [float(w) for w in out.split(":")[-1].replace(",", " ").split() if _is_number(w)]
     assert fractions and abs(sum(fractions) - 1.0) < 0.02

@@ -71,6 +71,26 @@ def test_flags_states_unlike_the_training_ones():
     assert training_support(_dataset(q[:400], qd[:400], tau[:400])).radius > 0
 
 
+def test_exit_time_of_rollouts():
+    # three "rollouts" of 50 steps through training states: one stays, one leaves at step 20
+    # (velocities 10 sd away), one turns NaN at step 10; efforts per draw or shared
+    rng = np.random.default_rng(3)
+    q, qd, tau = _states(rng, 1200)
+    support = training_support(_dataset(q, qd, tau, np.repeat(np.arange(4), 300)))
+    idx = rng.choice(1200, size=51)
+    Q, QD = np.stack([q[idx]] * 3), np.stack([qd[idx]] * 3)
+    QD[1, 20:] += 40.0
+    Q[2, 10:] = np.nan
+    dt = 0.004
+    exit_s = support.exit_time(Q, QD, tau[idx[:50]], dt)
+    # training states are at distance 0 from the training data: inside
+    np.testing.assert_array_equal(exit_s, [np.inf, 20 * dt, 10 * dt])
+    # the last state, which no effort follows, is not read; per-draw efforts broadcast alike
+    QD[0, -1] += 40.0
+    per_draw = np.stack([tau[idx[:50]]] * 3)
+    np.testing.assert_array_equal(support.exit_time(Q, QD, per_draw, dt), exit_s)
+
+
 def test_heldout_band_split_by_support():
     # the generating sample as every draw: inside and outside the support the band is the noise
     # distribution's, and the two coverages average to the overall one
