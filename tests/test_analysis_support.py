@@ -15,11 +15,12 @@ from models import build_model
 ROBOT = bn.get_system("cartpole")  # joints: cart (prismatic), pole (revolute)
 
 
-def _dataset(q, qd, tau, episode_ids=None):
+def _dataset(q, qd, tau, episode_ids=None, qdd=None):
     n = len(q)
     return Dataset.from_arrays(
         system="cartpole", joint_names=ROBOT.joint_names, t=np.arange(n) / 250.0, q=q, qd=qd,
-        qdd=np.zeros_like(q), tau=tau, rate_hz=250.0, episode_ids=episode_ids,
+        qdd=np.zeros_like(q) if qdd is None else qdd, tau=tau, rate_hz=250.0,
+        episode_ids=episode_ids,
     )
 
 
@@ -108,10 +109,7 @@ def test_heldout_band_split_by_support():
         def posterior_samples(self):
             return jax.tree.map(lambda x: jnp.broadcast_to(x, (200, *jnp.shape(x))), sample)
 
-    held = Dataset.from_arrays(
-        system="cartpole", joint_names=ROBOT.joint_names, t=np.arange(300) / 250.0, q=q, qd=qd,
-        qdd=qdd, tau=tau, rate_hz=250.0,
-    )
+    held = _dataset(q, qd, tau, qdd=qdd)
     ppc = heldout_ppc(model, Draws(), held, max_draws=200, support=support)
     expected_out = 1.0 - support.inside(q, qd, tau).mean()
     assert ppc["outside_support"] == pytest.approx(expected_out)
