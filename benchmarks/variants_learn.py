@@ -74,7 +74,7 @@ from analysis.resources import release_compiled_programs  # noqa: E402
 from analysis.rollouts import make_rollout_fn, thin_draws  # noqa: E402
 from analysis.support import training_support  # noqa: E402
 from data import generate_dataset, import_log  # noqa: E402
-from inference import fit_svi  # noqa: E402
+from inference import default_guide, fit_svi  # noqa: E402
 from models import build_model, data_scales, model_data  # noqa: E402
 from models.identifiable import identifiable_where_possible  # noqa: E402
 
@@ -319,6 +319,13 @@ def main(argv=None) -> int:
         "network hybrids also get noise on the effort, likelihood='forward-effort')",
     )
     p.add_argument(
+        "--tails",
+        choices=("trained", "profiled"),
+        default="trained",
+        help="with --noise student-t-learned, the ensembles' degrees of freedom: learned with the "
+        "network weights or profiled after them (fit_svi's tails)",
+    )
+    p.add_argument(
         "--no-early-stopping",
         action="store_true",
         help="network variants: run every step (default: early stopping on the validation "
@@ -375,6 +382,12 @@ def main(argv=None) -> int:
                         model, md, key=args.seed, steps=args.steps, num_samples=200,
                         progress=False, num_predictive=0, log_likelihood=False,
                         polish=identifiable,
+                        **(
+                            {"tails": args.tails}
+                            if args.noise == "student-t-learned"
+                            and default_guide(model) == "ensemble"
+                            else {}
+                        ),
                         validation=model_data(valid, robot=robot)
                         if getattr(model, "has_networks", False) and not args.no_early_stopping
                         else None,

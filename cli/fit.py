@@ -31,6 +31,14 @@ def add_arguments(parser) -> None:
         "joint: the data choose the tails) (default 4)",
     )
     parser.add_argument(
+        "--tails",
+        choices=("trained", "profiled"),
+        default="trained",
+        help="with --student-df learned and a network variant's ensemble: learn the degrees of "
+        "freedom with the weights (trained, the default) or train the weights with Normal-like "
+        "errors and profile the tails after (profiled: the black box's squared error)",
+    )
+    parser.add_argument(
         "--geometry",
         default="whitened",
         help="latent geometry: whitened, centered or identifiable (base-parameter coordinates of "
@@ -146,6 +154,11 @@ def run(args) -> int:
         raise ValueError(f"--target-accept must be below 1, got {args.target_accept}")
     if args.train_dtype is not None and args.method != "svi":
         raise ValueError("--train-dtype sets the dtype of SVI's steps; it needs --method svi")
+    if args.tails != "trained" and (args.method != "svi" or args.student_df is not None):
+        raise ValueError(
+            "--tails profiled fits learned Student-t tails after an SVI ensemble's weights: it "
+            "needs --method svi --noise student-t --student-df learned"
+        )
     validation = validation_fraction(args.validation)
     if validation and (args.method != "svi" or args.polish):
         raise ValueError(
@@ -201,6 +214,7 @@ def run(args) -> int:
             progress=progress,
             polish=args.polish,
             train_dtype=args.train_dtype,
+            tails=args.tails,
         )
         convergence = result.attrs["convergence"]
         print(convergence["message"])

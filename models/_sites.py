@@ -73,6 +73,14 @@ class GaussianSite:
         loc, scale = self._loc_scale(latent.dtype)
         return loc + scale * latent
 
+    def latent_of(self, x, dtype) -> Array:
+        """The latent value whose coordinate is ``x`` (the inverse of :meth:`value`)."""
+        x = jnp.broadcast_to(jnp.asarray(x, dtype), self.shape)
+        if not self.whitened:
+            return x
+        loc, scale = self._loc_scale(dtype)
+        return (x - loc) / scale
+
     def init(self, dtype) -> Array:
         """The prior median as a latent value (``0`` when whitened, ``loc`` otherwise)."""
         loc, _ = self._loc_scale(dtype)

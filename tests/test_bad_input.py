@@ -817,6 +817,15 @@ def _cli_args(files, tmp) -> dict[str, list[str]]:
             "--out",
             str(tmp / "o.nc"),
         ],
+        "fit --tails profiled with a fixed df": [
+            *fit,
+            "--data",
+            str(f["ds"]),
+            "--tails",
+            "profiled",
+            "--out",
+            str(tmp / "o.nc"),
+        ],
         "fit --learning-rate inf": [
             *fit,
             "--data",
@@ -925,6 +934,7 @@ CLI_MATCH = {
     "fit --target-accept 1.5": ("--target-accept",),
     "fit --learning-rate inf": ("--learning-rate",),
     "fit --train-dtype with nuts": ("--train-dtype", "--method svi"),
+    "fit --tails profiled with a fixed df": ("--tails profiled", "--student-df learned"),
     "fit --variant bogus": ("bogus/x/y",),
     "check-controller --draws 0": ("--draws",),
     "check-controller --seconds -1": ("--seconds",),

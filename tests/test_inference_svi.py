@@ -937,3 +937,52 @@ def test_float32_ensemble_members_follow_the_float64_ones():
     assert all(np.asarray(v).dtype == np.float64 for v in members.values())
     for k, v in fits["float64"].ensemble_members().items():
         np.testing.assert_allclose(np.asarray(members[k]), np.asarray(v), rtol=1e-3, atol=1e-4)
+
+
+def test_profiled_tails_train_the_weights_at_held_degrees_of_freedom():
+    """``tails="profiled"``: the members' network weights are those of the same model with its
+    degrees of freedom fixed at ``HELD_DF`` (started from the same prior draws), and only then
+    are each member's scale and degrees of freedom profiled. Where it does not apply it is
+    refused; ``_holding`` leaves its sites in place."""
+    import optax
+
+    from inference.svi import HELD_DF, _holding
+    from models import ModelData, build_model
+
+    params = {"a_z_auto_loc": jnp.ones(2), "b_z_auto_loc": jnp.ones(2)}
+    opt = _holding(optax.adam(0.1), ["a_z"])
+    updates, _ = opt.update({k: jnp.ones(2) for k in params}, opt.init(params), params)
+    moved = optax.apply_updates(params, updates)
+    np.testing.assert_array_equal(moved["a_z_auto_loc"], params["a_z_auto_loc"])
+    assert np.all(np.asarray(moved["b_z_auto_loc"]) < 1.0)
+
+    robot = bn.get_system("cartpole")
+    small = {"nn_width": 4, "nn_depth": 1}
+    learned = build_model("ffnn", robot, noise="student-t", student_df=None, **small)
+    fixed = build_model("ffnn", robot, noise="student-t", student_df=HELD_DF, **small)
+    truth = learned.start_sample(jax.random.key(9))
+    q, qd, _ = bn.sample_states(robot, 1, 400)
+    tau = jax.random.normal(jax.random.key(1), q.shape, q.dtype)
+    rng = np.random.default_rng(0)
+    noise = np.stack([0.3 * rng.standard_t(3.0, 400), 0.5 * rng.standard_normal(400)], 1)
+    qdd = jax.vmap(learned.qdd_fn(truth))(q, qd, tau) + noise
+    data = ModelData(q, qd, qdd, tau)
+    run = {"key": 0, "steps": 40, "restarts": 2, "num_samples": 20, "output_layer": "none"}
+    profiled = fit_svi(learned, data, tails="profiled", **run, **FAST)
+    held = fit_svi(fixed, data, **run, **FAST)
+    assert profiled.attrs["settings"]["tails"] == "profiled"
+    a, b = profiled.ensemble_members(), held.ensemble_members()
+    weights = [k for k in b if not k.startswith("log_")]
+    assert weights
+    for k in weights:
+        np.testing.assert_allclose(np.asarray(a[k]), np.asarray(b[k]), rtol=1e-6, atol=1e-9)
+    # the profile moved the held degrees of freedom to each member's conditional MAP
+    assert all(r["converged"] for r in profiled.attrs["ensemble"]["noise_profile"])
+    df = np.asarray(jax.vmap(learned.physical)(a)["df_qdd"])
+    assert np.all(np.isfinite(df)) and np.all(df < HELD_DF / 10)
+    with pytest.raises(ValueError, match="tails='profiled'"):
+        fit_svi(fixed, data, tails="profiled", **run, **FAST)
+    with pytest.raises(ValueError, match="tails='profiled'"):
+        fit_svi(learned, data, tails="profiled", optimizer="lbfgs", **run, **FAST)
+    with pytest.raises(ValueError, match="tails"):
+        fit_svi(learned, data, tails="after", **run, **FAST)
