@@ -320,10 +320,10 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--tails",
-        choices=("trained", "profiled"),
-        default="trained",
+        choices=("auto", "trained", "profiled"),
+        default="auto",
         help="with --noise student-t-learned, the ensembles' degrees of freedom: learned with the "
-        "network weights or profiled after them (fit_svi's tails)",
+        "network weights or profiled after them (fit_svi's tails; auto: profiled)",
     )
     p.add_argument(
         "--no-early-stopping",
@@ -382,12 +382,8 @@ def main(argv=None) -> int:
                         model, md, key=args.seed, steps=args.steps, num_samples=200,
                         progress=False, num_predictive=0, log_likelihood=False,
                         polish=identifiable,
-                        **(
-                            {"tails": args.tails}
-                            if args.noise == "student-t-learned"
-                            and default_guide(model) == "ensemble"
-                            else {}
-                        ),
+                        # white-box references: the one MAP learns its tails with the rest
+                        tails=args.tails if default_guide(model) == "ensemble" else "auto",
                         validation=model_data(valid, robot=robot)
                         if getattr(model, "has_networks", False) and not args.no_early_stopping
                         else None,

@@ -32,11 +32,12 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--tails",
-        choices=("trained", "profiled"),
-        default="trained",
-        help="with --student-df learned and a network variant's ensemble: learn the degrees of "
-        "freedom with the weights (trained, the default) or train the weights with Normal-like "
-        "errors and profile the tails after (profiled: the black box's squared error)",
+        choices=("auto", "trained", "profiled"),
+        default="auto",
+        help="with --student-df learned: learn the degrees of freedom with the other values "
+        "(trained) or, for a network variant's ensemble, train the weights with Normal-like "
+        "errors and profile each member's tails after (profiled); auto (default): profiled "
+        "where it applies",
     )
     parser.add_argument(
         "--geometry",
@@ -154,7 +155,7 @@ def run(args) -> int:
         raise ValueError(f"--target-accept must be below 1, got {args.target_accept}")
     if args.train_dtype is not None and args.method != "svi":
         raise ValueError("--train-dtype sets the dtype of SVI's steps; it needs --method svi")
-    if args.tails != "trained" and (args.method != "svi" or args.student_df is not None):
+    if args.tails == "profiled" and (args.method != "svi" or args.student_df is not None):
         raise ValueError(
             "--tails profiled fits learned Student-t tails after an SVI ensemble's weights: it "
             "needs --method svi --noise student-t --student-df learned"

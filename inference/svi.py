@@ -656,9 +656,10 @@ def _profile_noise(bayes_model, data, members: dict) -> tuple[dict, list]:
     return out, [r._asdict() for r in reports]
 
 
-TAILS = ("trained", "profiled")
-"""How an ensemble learns Student-t degrees of freedom (``student_df=None``): ``"trained"``
-with its network weights, ``"profiled"`` after them (:data:`HELD_DF`)."""
+TAILS = ("auto", "trained", "profiled")
+"""How learned Student-t degrees of freedom (``student_df=None``) are fitted: ``"trained"``
+with the other latent values, ``"profiled"`` after an ensemble's network weights
+(:data:`HELD_DF`); ``"auto"``: ``"profiled"`` for an ensemble, else ``"trained"``."""
 
 HELD_DF = 1e3
 """Degrees of freedom held while an ensemble's members train with ``tails="profiled"``: errors
@@ -901,7 +902,7 @@ def fit_svi(
     num_predictive: int = 200,
     log_likelihood: bool = True,
     train_dtype: str | None = None,
-    tails: str = "trained",
+    tails: str = "auto",
     progress: bool = True,
 ) -> FitResult:
     """Fit ``bayes_model`` to ``data`` by SVI and return the guide's posterior as a result.
@@ -990,10 +991,12 @@ def fit_svi(
             profiling, member weights, calibration, the gradient test, the Newton polish,
             draws, predictive) runs in it; a weak-prior hybrid's white-box start takes its
             steps in this dtype too. Recorded.
-        tails: with learned Student-t degrees of freedom and the ``"ensemble"`` guide:
-            ``"trained"`` (with the weights) or ``"profiled"`` (the weights trained with the
-            degrees of freedom held at :data:`HELD_DF`, then each member's scales and degrees
-            of freedom profiled). Recorded.
+        tails: learned Student-t degrees of freedom: ``"trained"`` with the other latent
+            values, ``"profiled"`` (the ``"ensemble"`` guide with an optax optimiser: the
+            weights trained with the degrees of freedom held at :data:`HELD_DF`, then each
+            member's scales and degrees of freedom profiled) or ``"auto"`` (``"profiled"``
+            where it applies). The resolved choice is recorded (``"trained"`` also for models
+            without learned degrees of freedom).
         progress: print a progress line per chunk on stderr.
 
     Returns:
@@ -1022,7 +1025,10 @@ def fit_svi(
     check_choice("optimizer", optimizer, (*OPTIMIZERS, LBFGS))
     check_choice("tails", tails, TAILS)
     df_sites = _df_sites(bayes_model)
-    if tails == "profiled" and (guide != "ensemble" or optimizer == LBFGS or not df_sites):
+    profiles = guide == "ensemble" and optimizer != LBFGS and bool(df_sites)
+    if tails == "auto":
+        tails = "profiled" if profiles else "trained"
+    if tails == "profiled" and not profiles:
         raise ValueError(
             "tails='profiled' holds learned Student-t degrees of freedom (noise='student-t', "
             "student_df=None) while an 'ensemble' guide's members train with an optax optimiser "

@@ -940,10 +940,10 @@ def test_float32_ensemble_members_follow_the_float64_ones():
 
 
 def test_profiled_tails_train_the_weights_at_held_degrees_of_freedom():
-    """``tails="profiled"``: the members' network weights are those of the same model with its
-    degrees of freedom fixed at ``HELD_DF`` (started from the same prior draws), and only then
-    are each member's scale and degrees of freedom profiled. Where it does not apply it is
-    refused; ``_holding`` leaves its sites in place."""
+    """``tails="profiled"`` (``"auto"`` for an ensemble): the members' network weights are those
+    of the same model with its degrees of freedom fixed at ``HELD_DF`` (started from the same
+    prior draws), and only then are each member's scale and degrees of freedom profiled. Where
+    it does not apply it is refused; ``_holding`` leaves its sites in place."""
     import optax
 
     from inference.svi import HELD_DF, _holding
@@ -968,9 +968,10 @@ def test_profiled_tails_train_the_weights_at_held_degrees_of_freedom():
     qdd = jax.vmap(learned.qdd_fn(truth))(q, qd, tau) + noise
     data = ModelData(q, qd, qdd, tau)
     run = {"key": 0, "steps": 40, "restarts": 2, "num_samples": 20, "output_layer": "none"}
-    profiled = fit_svi(learned, data, tails="profiled", **run, **FAST)
+    profiled = fit_svi(learned, data, **run, **FAST)  # tails="auto": profiled
     held = fit_svi(fixed, data, **run, **FAST)
     assert profiled.attrs["settings"]["tails"] == "profiled"
+    assert held.attrs["settings"]["tails"] == "trained"  # "auto" where nothing is learned
     a, b = profiled.ensemble_members(), held.ensemble_members()
     weights = [k for k in b if not k.startswith("log_")]
     assert weights
