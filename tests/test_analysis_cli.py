@@ -203,6 +203,7 @@ def test_fit_of_a_network_variant_stops_early_on_held_out_episodes(tmp_path, cap
     before = calibration["validation_nlpd_before"]
     assert calibration["validation_nlpd_after"] <= before + 1e-12 * abs(before)
     assert result.model().spec.student_df is None
+    assert result.attrs["settings"]["tails"] == "profiled"  # after the weights (--tails auto)
     df = result.idata["posterior"]["df_qdd"].values[0]  # (draws, joints), a member's own
     assert df.shape[1] == 2 and np.all(df > 0)
     np.testing.assert_array_equal(df, df[first])
