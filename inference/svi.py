@@ -1332,14 +1332,10 @@ def fit_svi(
         points = [with_float_dtype(guide_obj.median(params), data_dtype)]
     else:
         kept_points = {k: stacked_points[k][np.asarray(members["kept"])] for k in latent}
-        if tails == "profiled":  # the profile starts at the prior median of the held sites
-            kept_points.update(
-                {
-                    s.site: jnp.broadcast_to(s.init(v.dtype), v.shape)
-                    for s in df_sites
-                    for v in (kept_points[s.site],)
-                }
-            )
+        if tails == "profiled":  # the held sites' profile starts at their prior median
+            for s in df_sites:
+                held = kept_points[s.site]
+                kept_points[s.site] = jnp.broadcast_to(s.init(held.dtype), held.shape)
         kept_points, members["noise_profile"] = _profile_noise(bayes_model, data, kept_points)
         weights, members["member_training_nll"] = _member_weights(
             bayes_model, data, int(np.size(observations.q)), kept_points
