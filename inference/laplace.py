@@ -164,6 +164,7 @@ def fit_laplace(
     proposal: str = "slices",
     num_predictive: int = 200,
     log_likelihood: bool = True,
+    complete: bool = True,
 ):
     """The Laplace approximation of the posterior at ``init`` as a fit: draws of
     ``N(z*, H^-1)`` in NumPyro's unconstrained space (``z*``: ``init``'s point, ``H``: the Hessian
@@ -218,7 +219,7 @@ def fit_laplace(
             rollout coverage 0.464 resampled, 0.517 with ``"auto"``, held-out NMSE unchanged
             (docs/measurements.md).
         proposal: ``"slices"`` (default), ``"gaussian"`` or ``"curved"`` (above).
-        num_predictive, log_likelihood: as :func:`inference.fit_nuts`.
+        num_predictive, log_likelihood, complete: as :func:`inference.fit_nuts`.
 
     Returns:
         A ``FitResult`` with ``method="laplace"``; root attribute ``laplace`` holds the smallest
@@ -321,6 +322,7 @@ def fit_laplace(
         num_predictive=num_predictive,
         compute_log_likelihood=log_likelihood,
         attrs=attrs,
+        complete=complete,
     )
     return FitResult(idata=tree, variant=attrs["variant"], system=attrs["system"], method="laplace")
 

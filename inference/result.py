@@ -184,6 +184,7 @@ def build_idata(
     compute_log_likelihood: bool = True,
     attrs: dict,
     extra_groups: dict | None = None,
+    complete: bool = True,
 ) -> xr.DataTree:
     """Assemble the ArviZ DataTree of a fit (see the module docstring for the groups).
 
@@ -197,6 +198,8 @@ def build_idata(
         compute_log_likelihood: add the ``log_likelihood`` group (C x D x N values per site).
         attrs: root attributes (JSON-able values; dicts and lists are JSON-encoded).
         extra_groups: further ``{group: xr.Dataset}`` (states, loss traces).
+        complete: complete every draw's theta and virtual parameters where the model has a
+            ``complete`` method (:func:`physical_quantities`); False leaves them out.
     """
     robot = bayes_model.robot
     n = robot.n
@@ -216,7 +219,9 @@ def build_idata(
         "axis": list(XYZ),
         "inertia_component": list(INERTIA_COMPONENTS),
     }
-    phys = physical_quantities(bayes_model, flat, key=jax.random.fold_in(key, 1))
+    phys = physical_quantities(
+        bayes_model, flat, key=jax.random.fold_in(key, 1) if complete else None
+    )
     base_names = phys.pop("_base_names", None)
     if base_names is not None:
         coords["base_parameter"] = [str(s) for s in base_names]

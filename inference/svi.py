@@ -901,6 +901,7 @@ def fit_svi(
     gradient_tol: float = 1.0,
     num_predictive: int = 200,
     log_likelihood: bool = True,
+    complete: bool = True,
     train_dtype: str | None = None,
     tails: str = "auto",
     progress: bool = True,
@@ -982,6 +983,8 @@ def fit_svi(
             (field ``early_stopped``; the training gradient is then not small by design).
         num_predictive: posterior-predictive draws (0: none).
         log_likelihood: add the pointwise log-likelihood group.
+        complete: as :func:`inference.fit_nuts` (theta and virtual parameters of the
+            identifiable geometry's draws).
         train_dtype: floating dtype of the optimisation steps (``"float32"`` or ``"float64"``;
             None: the data's, float64 by default). ``"float32"`` runs the steps (and the early
             stopping scores) on the data and starts cast to single precision: network models'
@@ -1470,5 +1473,6 @@ def fit_svi(
         compute_log_likelihood=log_likelihood,
         attrs=attrs,
         extra_groups=extra,
+        complete=complete,
     )
     return FitResult(idata=tree, variant=attrs["variant"], system=attrs["system"], method="svi")
