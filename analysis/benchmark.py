@@ -132,8 +132,8 @@ SETTINGS = {
         horizons=(0.1, 0.4),
         controller_seconds=0.0,
     ),
-    # ~53 min per warm dataset seed on 2 cores (summed cell time; 156 cells), over issue 13's 45
-    # (docs/measurements.md)
+    # a warm dataset seed: 69 min wall on 2 cores with float32 ensemble members (156 cells;
+    # docs/measurements.md), over issue 13's 45
     "quick": BenchmarkSettings(name="quick", seeds=(0, 1, 2)),
     "full": BenchmarkSettings(
         name="full",
