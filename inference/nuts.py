@@ -522,7 +522,7 @@ def fit_nuts(
 
 def _nuts_result(
     bayes_model, observations, samples, stats, last_state, settings, wall_s, *, seed, summary,
-    key, num_predictive, log_likelihood, complete=True,
+    key, num_predictive, log_likelihood, complete,
 ) -> FitResult:
     """The :class:`FitResult` of a NUTS run: ``samples`` {latent site: (chains, draws, ...)}
     (constrained), ``stats`` (:func:`_sample_stats`), the chains' last state."""
