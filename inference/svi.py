@@ -51,6 +51,7 @@ from inference._progress import ProgressLine
 from inference._state import state_from_dataset, state_to_dataset
 from inference._validate import check_choice, check_positive_int, fit_inputs
 from inference.early_stopping import EarlyStopping, heldout_log_likelihood, heldout_nll
+from inference.laplace import shareable
 from inference.output_layer import output_layer_draws
 from inference.polish import polish_map, polish_map_batched
 from inference.result import FitResult, build_idata, stored_name, trace_sites
@@ -848,7 +849,7 @@ def gradient_norm(bayes_model, data, point: dict, *, model_kwargs=None) -> float
     Every latent site of the models is real-valued, so the gradient is in the coordinates the
     optimiser moves (whitened by default). Evaluated like NumPyro's setup evaluates it (outside
     ``jit``), so it reuses the programs that setup compiled instead of compiling the gradient
-    once more.
+    once more; for several points see :func:`gradient_norms`.
     """
     model_kwargs = model_kwargs or {}
 
@@ -857,6 +858,30 @@ def gradient_norm(bayes_model, data, point: dict, *, model_kwargs=None) -> float
 
     g = jax.grad(potential)(point)
     return float(jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(g))))
+
+
+def _gradient_norms(bayes_model, data, points: dict):
+    def one(point):
+        g = jax.grad(lambda z: potential_energy(bayes_model.model, (data,), {}, z))(point)
+        return jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(g)))
+
+    return jax.vmap(one)(points)
+
+
+# compiled once per model object and data / point shapes, with the data as an argument
+_shared_gradient_norms = jax.jit(_gradient_norms, static_argnums=0)
+
+
+def gradient_norms(bayes_model, data, points: dict) -> np.ndarray:
+    """:func:`gradient_norm` (R,) at each of the stacked ``points`` ({site: (R, ...)}), in one
+    compiled, vmapped program: an ensemble's members (op by op each member's took ~1 s on a
+    quick-grid network model of 6,250 states; measured on four cells of dataset seed 2, the four
+    members' norms took 1.9-2.5 s in all against 2.8-4.5 s)."""
+    if shareable(bayes_model, data):
+        out = _shared_gradient_norms(bayes_model, data, points)
+    else:
+        out = jax.jit(lambda p: _gradient_norms(bayes_model, data, p))(points)
+    return np.asarray(out, np.float64)
 
 
 def gradient_check(grad_norm: float, *, dimension: int, num_obs: int, tol: float = 1.0):
@@ -1358,14 +1383,20 @@ def fit_svi(
             )
         points = [{k: v[i] for k, v in kept_points.items()} for i in range(len(members["kept"]))]
     grad_rel = grad = -np.inf
-    for point in points:  # the gradient test at every point estimate: the worst one counts
-        point = {k: point[k] for k in latent}
-        g = gradient_norm(bayes_model, data, point)  # on all the data, also when subsampled
-        dim = int(sum(np.size(v) for v in point.values()))
-        _, rel = gradient_check(
-            g, dimension=dim, num_obs=int(np.size(observations.q)), tol=gradient_tol
+    # the gradient test at every point estimate (on all the data, also when subsampled): the
+    # worst one counts
+    dim = int(sum(np.size(points[0][k]) for k in latent))
+    if len(points) > 1:
+        norms = gradient_norms(
+            bayes_model, data, {k: jnp.stack([jnp.asarray(p[k]) for p in points]) for k in latent}
         )
-        grad, grad_rel = max(grad, g), max(grad_rel, rel)
+    else:
+        norms = [gradient_norm(bayes_model, data, {k: points[0][k] for k in latent})]
+    for g in norms:
+        _, rel = gradient_check(
+            float(g), dimension=dim, num_obs=int(np.size(observations.q)), tol=gradient_tol
+        )
+        grad, grad_rel = max(grad, float(g)), max(grad_rel, rel)
     grad_ok = bool(np.isfinite(grad_rel) and grad_rel <= gradient_tol)
     # with validation: the last stage's early stopping (None: it ran no monitored steps)
     last = monitors[-1] if monitors and monitors[-1].label == guide else None

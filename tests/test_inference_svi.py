@@ -207,7 +207,7 @@ def test_schedules_follow_their_formulas(schedule, lr_at):
 def test_gradient_norm_matches_the_gaussian_posterior(problem):
     # Negative log joint of a linear-Gaussian model: 0.5 (w - m)^T P (w - m) + const, so its
     # gradient at m + d is P d (Bishop eq. 3.50-3.51), P = inverse posterior covariance.
-    from inference.svi import gradient_check, gradient_norm
+    from inference.svi import gradient_check, gradient_norm, gradient_norms
 
     model, data, mean, cov = problem
     b = model.n_base
@@ -215,6 +215,15 @@ def test_gradient_norm_matches_the_gaussian_posterior(problem):
     point = {"beta": jnp.asarray(mean[:b] + d[:b]), "actuator/viscous": jnp.asarray(mean[b:] + d[b:])}
     expect = np.linalg.norm(np.linalg.solve(cov, d))
     assert gradient_norm(model, data, point) == pytest.approx(expect, rel=1e-6)
+    # an ensemble's members in one program: each point's own norm (the mode's is 0)
+    scales = np.array([1.0, 0.0, -2.5])
+    stacked = {
+        "beta": jnp.asarray(mean[:b] + scales[:, None] * d[:b]),
+        "actuator/viscous": jnp.asarray(mean[b:] + scales[:, None] * d[b:]),
+    }
+    norms = gradient_norms(model, data, stacked)
+    assert norms.shape == (3,)
+    np.testing.assert_allclose(norms, np.abs(scales) * expect, rtol=1e-6, atol=1e-6 * expect)
     ok, rel = gradient_check(expect, dimension=mean.size, num_obs=30, tol=1.0)
     assert rel == pytest.approx(expect / np.sqrt(mean.size) / np.sqrt(30))
     assert ok == (rel <= 1.0)

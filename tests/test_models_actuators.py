@@ -242,3 +242,34 @@ def test_uncontrolled_energy_decays_with_a_dissipative_model(furuta):
     energy = np.asarray(rollout())
     assert np.all(np.diff(energy) <= 1e-9 * np.abs(energy).max())
     assert energy[-1] < energy[0] - 1e-6
+
+
+def test_a_network_first_built_inside_jit_keeps_concrete_structure():
+    """The MLP structure shared by every network of one shape (``models._sites._mlp``, built
+    once) holds concrete arrays also when it is first asked for while a model is traced: a
+    tracer kept there would fail every later use outside that trace."""
+    from models._sites import BayesianNet, _mlp
+
+    _mlp.cache_clear()
+    net = BayesianNet("test/net", in_size=3, out_size=2, width=5, depth=2)
+    x = jnp.array([0.1, -0.2, 0.3])
+
+    @jax.jit
+    def traced(sample):
+        return net.module(sample, jnp.float64)(x)
+
+    weights = net.draw(jax.random.key(1), jnp.float64)  # eager: the cache filled below, in jit
+    _mlp.cache_clear()
+    inside = traced(weights)
+    leaves = jax.tree.leaves(net.template)
+    assert not any(isinstance(v, jax.core.Tracer) for v in leaves)
+    assert sum(isinstance(v, jax.Array) for v in leaves) == 6  # 3 weights, 3 biases
+    # the same network evaluated outside any trace (reference: the layers written out)
+    outside = net.module(weights, jnp.float64)(x)
+    h = x
+    for i in range(3):
+        W, b = weights[f"test/net/layers[{i}].weight"], weights[f"test/net/layers[{i}].bias"]
+        h = W @ h + b
+        h = jnp.tanh(h) if i < 2 else h
+    np.testing.assert_allclose(inside, h, rtol=1e-12)
+    np.testing.assert_allclose(outside, h, rtol=1e-12)
