@@ -95,13 +95,19 @@ def reshaped_axes(fitted: np.ndarray) -> np.ndarray:
     return (rise_at_one > 0.5 * SLICE_RESHAPE_FACTOR) | (rise_at_one < 0.5 / SLICE_RESHAPE_FACTOR)
 
 
+EIGENVALUE_RESOLUTION = 1e3
+"""Eigenvalues of a Hessian within this many ``eps`` of its largest (in absolute value) are
+roundoff: the eigensolver does not resolve them, nor does a Hessian summed over thousands of
+observations (float64: 2.2e-13 of the largest)."""
+
+
 def _floored_inverse(H: np.ndarray, dtype, rtol: float | None) -> tuple[np.ndarray, np.ndarray]:
     """``(inverse, eigenvalues)`` of a finite symmetric Hessian (d, d): the inverse with the
     eigenvalues below ``rtol`` times the largest raised to it (default ``1000 eps`` of ``dtype``,
     :func:`laplace_inverse_mass`), and the eigenvalues before the floor."""
     w, V = np.linalg.eigh(0.5 * (H + H.T))
     if rtol is None:
-        rtol = 1e3 * float(jnp.finfo(dtype).eps)
+        rtol = EIGENVALUE_RESOLUTION * float(jnp.finfo(dtype).eps)
     floored = np.maximum(w, rtol * np.abs(w).max())
     return (V / floored[None, :]) @ V.T, w
 

@@ -32,7 +32,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
-from inference.laplace import hessian_columns, potential_hessian, shareable
+from inference.laplace import EIGENVALUE_RESOLUTION, hessian_columns, potential_hessian, shareable
 
 
 class MapReport(NamedTuple):
@@ -45,6 +45,11 @@ class MapReport(NamedTuple):
         newton_decrement: ``sqrt(g^T H^-1 g)`` (inf when H is not positive definite).
         min_eigenvalue, max_eigenvalue: extreme eigenvalues of the Hessian.
         converged: ``newton_decrement <= gtol`` and the Hessian positive definite.
+        unresolved: eigenvalues within the Hessian's roundoff (``|w| <=``
+            :data:`~inference.laplace.EIGENVALUE_RESOLUTION` ``eps max |w|``): their signs, and
+            the curvature along their directions, are not known at this precision in these
+            coordinates (a posterior the data pin to 1e-8 of its prior along some directions
+            and not at all along others; the message says so).
         message: one line for people.
     """
 
@@ -55,6 +60,7 @@ class MapReport(NamedTuple):
     min_eigenvalue: float
     max_eigenvalue: float
     converged: bool
+    unresolved: int
     message: str
 
 
@@ -142,17 +148,25 @@ def _end_report(H, g, energy: float, iterations: int, gtol: float, eps: float) -
     tol = float(_tolerance(gtol, eps, energy))
     converged = pd and decrement <= tol
     grad_norm = float(np.linalg.norm(g))
+    resolution = EIGENVALUE_RESOLUTION * eps * float(np.abs(w).max())
+    unresolved = int(np.sum(np.abs(w) <= resolution))
+    roundoff = (
+        f"; {unresolved} of {w.size} eigenvalues within the Hessian's roundoff (|w| <= "
+        f"{resolution:.3g}): their signs are not known at this precision in these coordinates"
+        if unresolved
+        else ""
+    )
     if converged:
         message = (
             f"MAP: Newton decrement {decrement:.2e} <= {tol:.3g}, gradient norm {grad_norm:.2e}, "
             f"Hessian positive definite (eigenvalues {w[0]:.3g} .. {w[-1]:.3g}) after "
-            f"{iterations} steps"
+            f"{iterations} steps{roundoff}"
         )
     else:
         message = (
             f"not a MAP: Newton decrement {decrement:.2e} (tolerance {tol:.3g}), gradient norm "
             f"{grad_norm:.2e}, Hessian eigenvalues {w[0]:.3g} .. {w[-1]:.3g} after {iterations} "
-            "steps"
+            f"steps{roundoff}"
         )
     return MapReport(
         iterations=int(iterations),
@@ -162,6 +176,7 @@ def _end_report(H, g, energy: float, iterations: int, gtol: float, eps: float) -
         min_eigenvalue=float(w[0]),
         max_eigenvalue=float(w[-1]),
         converged=converged,
+        unresolved=unresolved,
         message=message,
     )
 

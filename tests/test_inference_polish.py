@@ -79,3 +79,32 @@ def test_polishing_the_same_model_again_compiles_nothing(monkeypatch):
 
     point, report = polish_map(Unhashable(), jnp.zeros(()), {"x": jnp.array([0.3, 0.1])})
     assert report.converged and np.asarray(point["x"])[0] == pytest.approx(MODE, abs=1e-6)
+
+
+class StiffSum:
+    """``-log p(x) = S/2 (x0 + x1 - 1)^2 + |x|^2 / 2`` with ``S = 1e17``, its first term summed
+    over 10 data rows: the sum is pinned to ~2e-9 (sd ``1 / sqrt(2 S)``) while the difference
+    ``x0 - x1`` has only the prior's curvature 1, below the Hessian's float64 resolution
+    (``eps S`` ~ 22), so
+    ``H = [[S + 1, S], [S, S + 1]]`` rounds to a singular matrix and whether the mode's
+    Hessian is positive definite cannot be decided (the grid's uniform-data ``nokin-diffnea``
+    cells: base parameters at 1e16, placements' prior-only directions at 1)."""
+
+    def model(self, data):
+        x = numpyro.sample("x", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+        numpyro.factor("data", -0.5 * jnp.sum(data * (x[0] + x[1] - 1.0) ** 2))
+
+
+def test_a_map_report_names_the_eigenvalues_its_roundoff_hides():
+    # the mode (closed form): x0 = x1 = S / (2 S + 1) ~ 1/2; the polish reaches the stiff sum but
+    # sees no curvature along the difference, and says why it cannot call the point a MAP
+    data = jnp.full(10, 1e16)
+    point, report = polish_map(StiffSum(), data, {"x": jnp.array([0.3, 0.4])}, max_iter=5)
+    assert float(jnp.sum(point["x"])) == pytest.approx(1.0, abs=1e-7)
+    assert not report.converged and report.unresolved == 1
+    assert "1 of 2 eigenvalues within the Hessian's roundoff" in report.message
+    assert report.max_eigenvalue == pytest.approx(2e17, rel=1e-6)
+    # well-conditioned: none (the double well's curvatures 8 and 2 at the mode)
+    _, report = polish_map(DoubleWell(), jnp.zeros(()), {"x": jnp.array([0.3, 0.1])})
+    assert report.converged and report.unresolved == 0
+    assert "roundoff" not in report.message
