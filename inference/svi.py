@@ -875,8 +875,8 @@ _shared_gradient_norms = jax.jit(_gradient_norms, static_argnums=0)
 def gradient_norms(bayes_model, data, points: dict) -> np.ndarray:
     """:func:`gradient_norm` (R,) at each of the stacked ``points`` ({site: (R, ...)}), in one
     compiled, vmapped program: an ensemble's members (op by op each member's took ~1 s on a
-    quick-grid network model of 6,250 states; measured on four cells of dataset seed 2, the four
-    members' norms took 1.9-2.5 s in all against 2.8-4.5 s)."""
+    quick-grid network model of 6,250 states; measured on three network cells of dataset seed
+    2, the four members' norms took 1.9-2.5 s in all against 2.8-4.5 s)."""
     if shareable(bayes_model, data):
         out = _shared_gradient_norms(bayes_model, data, points)
     else:

@@ -85,10 +85,10 @@ class StiffSum:
     """``-log p(x) = S/2 (x0 + x1 - 1)^2 + |x|^2 / 2`` with ``S = 1e17``, its first term summed
     over 10 data rows: the sum is pinned to ~2e-9 (sd ``1 / sqrt(2 S)``) while the difference
     ``x0 - x1`` has only the prior's curvature 1, below the Hessian's float64 resolution
-    (``eps S`` ~ 22), so
-    ``H = [[S + 1, S], [S, S + 1]]`` rounds to a singular matrix and whether the mode's
-    Hessian is positive definite cannot be decided (the grid's uniform-data ``nokin-diffnea``
-    cells: base parameters at 1e16, placements' prior-only directions at 1)."""
+    (``eps S`` ~ 22), so ``H = [[S + 1, S], [S, S + 1]]`` rounds to a singular matrix and
+    whether the mode's Hessian is positive definite cannot be decided (the grid's
+    uniform-data ``nokin-diffnea`` cells: base parameters at 1e16, placements' prior-only
+    directions at 1)."""
 
     def model(self, data):
         x = numpyro.sample("x", dist.Normal(0.0, 1.0).expand([2]).to_event(1))

@@ -258,8 +258,8 @@ def test_a_network_first_built_inside_jit_keeps_concrete_structure():
     def traced(sample):
         return net.module(sample, jnp.float64)(x)
 
-    weights = net.draw(jax.random.key(1), jnp.float64)  # eager: the cache filled below, in jit
-    _mlp.cache_clear()
+    weights = net.draw(jax.random.key(1), jnp.float64)  # outside jit: this fills the cache
+    _mlp.cache_clear()  # emptied again, so that the traced call below is the first to ask
     inside = traced(weights)
     leaves = jax.tree.leaves(net.template)
     assert not any(isinstance(v, jax.core.Tracer) for v in leaves)
