@@ -843,6 +843,12 @@ def allocate_draws(weights, num_samples: int, key) -> np.ndarray:
     return member[np.asarray(jax.random.permutation(key, num_samples))]
 
 
+def _gradient_norm(bayes_model, data, point: dict, model_kwargs: dict):
+    """Euclidean norm of the gradient of the negative log joint at ``point`` (a JAX scalar)."""
+    g = jax.grad(lambda z: potential_energy(bayes_model.model, (data,), model_kwargs, z))(point)
+    return jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(g)))
+
+
 def gradient_norm(bayes_model, data, point: dict, *, model_kwargs=None) -> float:
     """Euclidean norm of the gradient of the negative log joint at ``point`` ({site: value}).
 
@@ -851,21 +857,11 @@ def gradient_norm(bayes_model, data, point: dict, *, model_kwargs=None) -> float
     ``jit``), so it reuses the programs that setup compiled instead of compiling the gradient
     once more; for several points see :func:`gradient_norms`.
     """
-    model_kwargs = model_kwargs or {}
-
-    def potential(z):
-        return potential_energy(bayes_model.model, (data,), model_kwargs, z)
-
-    g = jax.grad(potential)(point)
-    return float(jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(g))))
+    return float(_gradient_norm(bayes_model, data, point, model_kwargs or {}))
 
 
 def _gradient_norms(bayes_model, data, points: dict):
-    def one(point):
-        g = jax.grad(lambda z: potential_energy(bayes_model.model, (data,), {}, z))(point)
-        return jnp.sqrt(sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(g)))
-
-    return jax.vmap(one)(points)
+    return jax.vmap(lambda p: _gradient_norm(bayes_model, data, p, {}))(points)
 
 
 # compiled once per model object and data / point shapes, with the data as an argument
