@@ -65,11 +65,6 @@ class BenchmarkSettings:
         ensemble_dtype: ``"float64"`` or ``"float32"``: the dtype the members' optimisation steps
             run in (``fit_svi``'s ``train_dtype``; everything after them runs in float64).
             Records from before this field were float64.
-        ensemble_stride: the members train on every ``ensemble_stride``-th training state
-            (1: all of them). At 250 Hz neighbouring states are nearly the same input, and a
-            member's step costs its network evaluations on every state it trains on. Validation
-            episodes, held-out scores and the white-box variants keep every state. Records from
-            before this field used every state.
         num_warmup, num_samples, num_chains, max_tree_depth: NUTS per attempt; an attempt that
             did not converge is extended by ``num_samples`` draws per chain when only R-hat
             (above 1.01) or bulk ESS (below ``min_ess``) fell short, and re-run with a new key,
@@ -99,7 +94,6 @@ class BenchmarkSettings:
     ensemble_steps: int = 1000
     ensemble_min_delta: float = 0.0
     ensemble_dtype: str = "float64"
-    ensemble_stride: int = 1
     num_warmup: int = 300
     num_samples: int = 500
     num_chains: int = 2
@@ -200,9 +194,6 @@ def get_settings(setting: str | BenchmarkSettings, **overrides) -> BenchmarkSett
             f"ensemble_dtype must be one of {list(TRAIN_DTYPES)}, got "
             f"{overrides['ensemble_dtype']!r}"
         )
-    stride = overrides.get("ensemble_stride", 1)
-    if not (isinstance(stride, int) and not isinstance(stride, bool) and stride >= 1):
-        raise ValueError(f"ensemble_stride must be an integer >= 1, got {stride!r}")
     delta = float(overrides.get("ensemble_min_delta", 0.0))
     if not (math.isfinite(delta) and delta >= 0.0):
         raise ValueError(f"ensemble_min_delta must be a finite number >= 0, got {delta!r}")
@@ -295,13 +286,7 @@ GRID_AXES = ("seeds",)
 carries its own dataset seed): a run with more seeds keeps the cells of the seeds it shares."""
 
 
-ENSEMBLE_SETTINGS = (
-    "ensemble_optimizer",
-    "ensemble_steps",
-    "ensemble_min_delta",
-    "ensemble_dtype",
-    "ensemble_stride",
-)
+ENSEMBLE_SETTINGS = ("ensemble_optimizer", "ensemble_steps", "ensemble_min_delta", "ensemble_dtype")
 """Settings fields that only network cells (ensembles) use: the other cells keep their records
 when these change."""
 
@@ -309,13 +294,12 @@ when these change."""
 def recorded_settings(settings: dict) -> dict:
     """A record's ``settings`` with the fields it lacks because it predates them filled with
     what its cell was computed with (ensembles: Adam for ``svi_steps`` steps, no
-    ``min_delta``, float64, every training state)."""
+    ``min_delta``, float64)."""
     legacy = {
         "ensemble_optimizer": "adam",
         "ensemble_steps": settings.get("svi_steps"),
         "ensemble_min_delta": 0.0,
         "ensemble_dtype": "float64",
-        "ensemble_stride": 1,
     }
     return {**legacy, **settings}
 

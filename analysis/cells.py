@@ -268,13 +268,11 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             min_delta=float(settings["ensemble_min_delta"]),
             train_dtype=settings["ensemble_dtype"],
         )
-        stride = int(settings.get("ensemble_stride", 1))
-        members_data = jax.tree.map(lambda x: x[::stride], md)
         restarts, attempts = None, 0  # fit_svi's default number of members first
         while True:  # fewer than two members that did not fail: twice the members, a new key
             fit = fit_svi(
                 bm,
-                members_data,
+                md,
                 num_samples=int(settings["draws"]),
                 validation=model_data(valid),
                 restarts=restarts,

@@ -409,9 +409,7 @@ def write_report(
         if _get(r, "posterior.method") == "ensemble"
     ]
     optimizers = collections.Counter(
-        f"{s['ensemble_optimizer']} x {s['ensemble_steps']}"
-        + (f" on 1 in {s['ensemble_stride']} training states" if s["ensemble_stride"] > 1 else "")
-        for s in ensembles
+        f"{s['ensemble_optimizer']} x {s['ensemble_steps']}" for s in ensembles
     )
     members = ", ".join(f"{k} ({n} cells)" for k, n in sorted(optimizers.items())) or "none"
     lines = [

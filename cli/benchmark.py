@@ -67,12 +67,6 @@ def add_arguments(parser) -> None:
         "everything after them runs in float64)",
     )
     parser.add_argument(
-        "--ensemble-stride",
-        type=integer(1, 10**4),
-        default=None,
-        help="ensemble members train on every k-th training state (default 1: all)",
-    )
-    parser.add_argument(
         "--seeds",
         type=integer(0, 2**31 - 1),
         nargs="+",
@@ -103,7 +97,6 @@ def run(args) -> int:
             ("ensemble_steps", args.ensemble_steps),
             ("ensemble_min_delta", args.ensemble_min_delta),
             ("ensemble_dtype", args.ensemble_dtype),
-            ("ensemble_stride", args.ensemble_stride),
         )
         if v is not None
     }

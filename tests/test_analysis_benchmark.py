@@ -94,10 +94,6 @@ def test_grid_and_settings():
     with pytest.raises(ValueError, match="ensemble_dtype must be one of .*'float32'"):
         get_settings("quick", ensemble_dtype="bfloat16")
     assert get_settings("quick", ensemble_optimizer="lbfgs").ensemble_optimizer == "lbfgs"
-    for stride in (0, 1.5, True):
-        with pytest.raises(ValueError, match="ensemble_stride must be an integer >= 1"):
-            get_settings("quick", ensemble_stride=stride)
-    assert get_settings("quick", ensemble_stride=2).ensemble_stride == 2
     # the seed axis: every (system, dataset, variant) once per dataset seed, seed outermost
     seeded = make_grid(variants=VARIANTS, seeds=(0, 1, 2))
     assert len(seeded) == 468 == len({c["id"] for c in seeded})
@@ -111,14 +107,13 @@ def test_grid_and_settings():
 
 def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_steps():
     """Records from before the ``ensemble_*`` fields were fitted by Adam for ``svi_steps``
-    steps without ``min_delta``, in float64, on every training state, the quick setting's
-    defaults: kept by it. A grid that asks for L-BFGS, float32 members or members on every
-    second state computes its network cells again and keeps the others."""
+    steps without ``min_delta``, in float64, the quick setting's defaults: kept by it. A grid
+    that asks for L-BFGS, or for float32 members, computes its network cells again and keeps
+    the others."""
     quick = get_settings("quick").to_dict()
     legacy = {k: v for k, v in quick.items() if k not in ENSEMBLE_SETTINGS}
     lbfgs = dict(quick, ensemble_optimizer="lbfgs", ensemble_steps=300, ensemble_min_delta=1e-3)
     single = dict(quick, ensemble_dtype="float32")
-    thinned = dict(quick, ensemble_stride=2)
     for variant, networks in (
         ("diffnea/viscous/informative", False),
         ("nea", False),
@@ -136,7 +131,6 @@ def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_ste
         assert _finished(record, cell, quick), variant
         assert _finished(record, cell, lbfgs) is not networks, variant
         assert _finished(record, cell, single) is not networks, variant
-        assert _finished(record, cell, thinned) is not networks, variant
         assert not _finished(record, cell, dict(quick, svi_steps=7)), variant
         current = dict(record, settings=lbfgs)
         assert _finished(current, cell, lbfgs), variant
@@ -376,8 +370,7 @@ def test_report_conclusions_from_records(tmp_path):
     # the ensembles' optimisers, read from each record (those from before the fields: Adam)
     ffnn = [r for r in recs if r["cell"]["variant"] == "ffnn"]
     lbfgs = {"ensemble_optimizer": "lbfgs", "ensemble_steps": 300}
-    thinned = dict(lbfgs, ensemble_stride=2)
-    for r, extra in zip(ffnn, ({}, lbfgs, thinned), strict=True):
+    for r, extra in zip(ffnn, ({}, lbfgs, lbfgs), strict=True):
         r["metrics"]["posterior"] = {"method": "ensemble", "converged": True}
         r["settings"] = {"name": "tiny", "svi_steps": 1000, **extra}
     for r in recs:
@@ -385,10 +378,7 @@ def test_report_conclusions_from_records(tmp_path):
     path = write_report(tmp_path)
     text = path.read_text()
     assert "does not hold" in text and "figure1.png" in text and "### cartpole, hardware" in text
-    assert (
-        "ensemble members by adam x 1000 (1 cells), lbfgs x 300 (1 cells), lbfgs x 300 on 1 in "
-        "2 training states (1 cells)" in text
-    )
+    assert "ensemble members by adam x 1000 (1 cells), lbfgs x 300 (2 cells)" in text
     assert "| nuts | 9 | 2 | # divergent transitions | 2 |" in text
     assert (
         "| cartpole | uniform | 0 | diffnea/viscous/weak | nuts | 2 | "

@@ -155,39 +155,6 @@ def test_an_ensemble_left_with_one_member_is_fitted_again_with_twice_the_members
     assert not info["converged"] and "1 of 8 members did not fail" in info["reason"]
 
 
-def test_ensemble_members_train_on_every_strided_state_and_validate_on_all(monkeypatch):
-    """``ensemble_stride`` k: the members' fit gets every k-th training state (the first, the
-    (k+1)-th, ...) and every validation state; a white-box cell keeps every training state."""
-    from analysis import cells
-
-    passed = []
-
-    class Stop(Exception):
-        pass
-
-    def record(bm, data, **kwargs):
-        passed.append((data, kwargs.get("validation")))
-        raise Stop
-
-    monkeypatch.setattr(cells, "fit_svi", record)
-    cell = make_grid(systems=("cartpole",), datasets=("uniform",), variants=("ffnn",))[0]
-    dataset, train, valid, _ = cells.cell_data(*cells._data_key(cell, SETTINGS))
-    md, robot = model_data(train), dataset.robot()
-    scales = cells.data_scales(md, robot)
-    for variant in ("ffnn", "diffnea/viscous/informative"):
-        bm = build_model(variant, robot, scales=scales)
-        with pytest.raises(Stop):
-            cells.fit_posterior(
-                bm, "whitened", train, valid, dict(SETTINGS, ensemble_stride=3), key=0
-            )
-    (members, validation), (white_box, _) = passed
-    for field in ("q", "qd", "qdd", "tau"):
-        np.testing.assert_array_equal(getattr(members, field), getattr(md, field)[::3])
-        np.testing.assert_array_equal(getattr(white_box, field), getattr(md, field))
-        np.testing.assert_array_equal(getattr(validation, field), getattr(model_data(valid), field))
-    assert members.q.shape[0] == -(-md.q.shape[0] // 3) < md.q.shape[0]
-
-
 class _DivergingFit:
     """A NUTS result stand-in whose every run has divergent transitions."""
 
