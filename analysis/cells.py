@@ -88,7 +88,7 @@ from analysis.rollouts import (
 from data import generate_dataset
 from data.simulate import DEFAULT_RATE_HZ, MEASUREMENT_NOISE
 from inference import fit_laplace, fit_nuts, fit_svi
-from inference.nuts import model_target_accept
+from inference.nuts import MAPPED_METRICS, model_target_accept
 from models import build_model, data_scales, model_data, nominal_torque_residual
 from models.identifiable import identifiable_where_possible
 
@@ -385,14 +385,14 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
     fit = None
     target = model_target_accept(bm)
     for attempt in range(max(1, int(settings.get("nuts_attempts", 2)))):
-        extendable = fit is not None and fit.attrs["settings"]["metric"] != "laplace-curved"
+        extendable = fit is not None and fit.attrs["settings"]["metric"] not in MAPPED_METRICS
         if extendable and not info["divergences"]:
             # no divergence, only R-hat / ESS short: more draws of the same chains (R-hat's
             # sampling noise over tens of sites exceeds 1.01 at a few hundred draws)
             fit = fit_nuts(bm, md, key=key + 1 + attempt, extend=fit, **nuts_args)
             info["extended"] += 1
         else:  # a first run, or divergences: a new start, longer warm-up, smaller steps
-            # (a run in the curved map's coordinates cannot be extended: it is re-run)
+            # (a run in a map's coordinates cannot be extended: it is re-run)
             if fit is not None and info["divergences"]:
                 target = next_target_accept(target)
             fit = fit_nuts(

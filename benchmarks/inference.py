@@ -269,7 +269,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=3000)
     p.add_argument(
         "--metric",
-        choices=("laplace", "adapt", "laplace-adapt", "laplace-slices", "laplace-curved"),
+        choices=(
+            "laplace", "adapt", "laplace-adapt", "softplus-adapt", "laplace-slices", "laplace-curved"
+        ),
         default=None,
         help="default: laplace; identifiable: the model's nuts_metric (fit_nuts 'auto')",
     )

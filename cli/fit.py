@@ -82,11 +82,11 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--metric",
-        choices=("auto", "adapt", "laplace", "laplace-adapt"),
+        choices=("auto", "adapt", "laplace", "laplace-adapt", "softplus-adapt"),
         default="auto",
-        help="NUTS inverse mass matrix: adapted in warm-up, the fixed Laplace metric at --init, or "
-        "a dense metric adapted from it (auto, the default: the model's choice with --init, "
-        "else adapt)",
+        help="NUTS inverse mass matrix: adapted in warm-up, the fixed Laplace metric at --init, "
+        "a dense metric adapted from it, or the same with friction coefficients in softplus "
+        "coordinates (auto, the default: the model's choice with --init, else adapt)",
     )
     parser.add_argument(
         "--target-accept",

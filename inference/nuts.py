@@ -29,12 +29,24 @@ from inference._common import (
 )
 from inference._state import state_from_dataset, state_to_dataset
 from inference._validate import check_positive_int, fit_inputs
-from inference.curved import CurvedLaplaceMap, fit_curved_map
-from inference.laplace import laplace_inverse_mass
+from inference.curved import fit_curved_map
+from inference.laplace import _floored_inverse, laplace_inverse_mass, potential_hessian
 from inference.result import FitResult, build_idata, trace_sites
+from inference.softplus_map import fit_softplus_map
 
 EXTRA_FIELDS = ("num_steps", "energy", "accept_prob", "adapt_state.step_size", "potential_energy")
-METRICS = ("auto", "adapt", "laplace", "laplace-adapt", "laplace-slices", "laplace-curved")
+METRICS = (
+    "auto",
+    "adapt",
+    "laplace",
+    "laplace-adapt",
+    "softplus-adapt",
+    "laplace-slices",
+    "laplace-curved",
+)
+MAPPED_METRICS = ("laplace-curved", "softplus-adapt")
+"""Metrics whose runs sample in coordinates of their own map: such a run cannot be
+``extend``-ed (run ``fit_nuts`` again with more draws)."""
 CURVED_ADAPT_MIN_WARMUP = 200
 """``metric="laplace-curved"`` adapts a diagonal metric only with at least this many warm-up
 steps; shorter warm-ups keep the map's unit metric (a cart-pole run of 120 warm-up steps reached
@@ -118,6 +130,17 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
                 )
                 return None, "adapt"
             return (curved, record), metric
+        if metric == "softplus-adapt":
+            cmap, inverse_mass, record = _softplus_metric(bayes_model, data, point)
+            if not np.all(np.isfinite(inverse_mass)):
+                warnings.warn(
+                    "the Hessian of the log joint at init is not finite; NUTS adapts a dense "
+                    "metric instead of the softplus map's Laplace metric",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                return None, "adapt"
+            return (cmap, inverse_mass, record), metric
         inverse_mass = np.asarray(
             laplace_inverse_mass(bayes_model, data, point, slices=metric == "laplace-slices")
         )
@@ -149,11 +172,28 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
     return jnp.asarray(inverse_mass), "given"
 
 
+def _softplus_metric(bayes_model, data, point: dict):
+    """``(map, inverse mass in its coordinates (d, d), record)`` at ``point`` for
+    ``metric="softplus-adapt"`` (:mod:`inference.softplus_map`): the Laplace metric of the log
+    density in the map's coordinates (the log joint's Hessian and gradient at ``point``
+    through the elementwise map). A non-finite Hessian gives non-finite entries."""
+    unconstrained = unconstrain_fn(bayes_model.model, (data,), {}, point)
+    flat, unravel = ravel_pytree(unconstrained)
+    H = np.asarray(potential_hessian(bayes_model, data, unconstrained), np.float64)
+    g = jax.grad(lambda z: potential_energy(bayes_model.model, (data,), {}, unravel(z)))(flat)
+    g = np.asarray(g, np.float64)
+    if not (np.all(np.isfinite(H)) and np.all(np.isfinite(g))):
+        return None, jnp.full(H.shape, jnp.nan, flat.dtype), {}
+    cmap = fit_softplus_map(bayes_model, unconstrained, H, g)
+    Hs = cmap.hessian(cmap.inverse(np.asarray(flat, np.float64)), H, g)
+    record = {"mapped": int(cmap.index.size), "knee": cmap.knee.tolist()}
+    return cmap, jnp.asarray(_floored_inverse(Hs, flat.dtype, None)[0], flat.dtype), record
+
+
 def _whitened_warmup(
-    bayes_model,
-    data,
+    potential,
     inverse_mass,
-    init_params,
+    starts,
     key,
     *,
     num_warmup: int,
@@ -165,29 +205,27 @@ def _whitened_warmup(
 ):
     """Stan's windowed adaptation of a dense metric in coordinates whitened by ``inverse_mass``.
 
-    ``z = z_0 + L u`` with ``L L^T = inverse_mass`` (the Laplace covariance at the start), ``z``
-    the unconstrained latent sites flattened in NumPyro's order and ``z_0`` the first chain's
-    start. In ``u`` every direction has a posterior scale near 1, so the adaptation's
-    regularisation towards ``1e-3 I`` (Stan; NumPyro's ``regularize_mass_matrix``) no longer
-    inflates the variance of tightly identified sites (base parameters with sd ~1e-4 in the
-    prior-whitened coordinates), and the adapted metric fits the skew of weakly identified ones
-    that the Laplace metric misses.
+    ``x = x_0 + L u`` with ``L L^T = inverse_mass`` (the Laplace covariance at the start), ``x``
+    the flat coordinates of ``potential`` (the unconstrained latent sites in NumPyro's order, or
+    a map's coordinates) and ``x_0`` the first chain's start. In ``u`` every direction has a
+    posterior scale near 1, so the adaptation's regularisation towards ``1e-3 I`` (Stan;
+    NumPyro's ``regularize_mass_matrix``) no longer inflates the variance of tightly identified
+    sites (base parameters with sd ~1e-4 in the prior-whitened coordinates), and the adapted
+    metric fits the skew of weakly identified ones that the Laplace metric misses.
+
+    Args:
+        potential: ``x (d,) -> -log density``.
+        starts: (C, d) the chains' starts.
 
     Returns:
-        (the chains' adapted inverse mass matrices mapped back to ``z`` and averaged, (d, d);
-        the chains' end points, unconstrained, with the structure of ``init_params``).
+        (the chains' adapted inverse mass matrices mapped back to ``x`` and averaged, (d, d);
+        the chains' end points (C, d)).
     """
-    chains = init_params if num_chains > 1 else jax.tree.map(lambda x: x[None], init_params)
-    z0, unravel = ravel_pytree(jax.tree.map(lambda x: x[0], chains))
-    flat = jax.vmap(lambda p: ravel_pytree(p)[0])(chains)  # (C, d)
-    L = jnp.linalg.cholesky(jnp.asarray(inverse_mass, z0.dtype))
-    u0 = jax.scipy.linalg.solve_triangular(L, (flat - z0).T, lower=True).T
-
-    def potential(u):
-        return potential_energy(bayes_model.model, (data,), {}, unravel(z0 + L @ u))
-
+    x0 = starts[0]
+    L = jnp.linalg.cholesky(jnp.asarray(inverse_mass, x0.dtype))
+    u0 = jax.scipy.linalg.solve_triangular(L, (starts - x0).T, lower=True).T
     kernel = NUTS(
-        potential_fn=potential,
+        potential_fn=lambda u: potential(x0 + L @ u),
         dense_mass=True,
         target_accept_prob=target_accept,
         max_tree_depth=max_tree_depth,
@@ -203,17 +241,23 @@ def _whitened_warmup(
     mcmc.warmup(key, init_params=u0 if num_chains > 1 else u0[0])
     state = mcmc.post_warmup_state
     metric_u = jnp.reshape(state.adapt_state.inverse_mass_matrix, (-1, *L.shape)).mean(0)
-    metric_z = L @ metric_u @ L.T
-    ends = jax.vmap(lambda u: unravel(z0 + L @ u))(jnp.reshape(state.z, (-1, z0.size)))
-    if num_chains == 1:
-        ends = jax.tree.map(lambda x: x[0], ends)
-    return 0.5 * (metric_z + metric_z.T), ends
+    metric_x = L @ metric_u @ L.T
+    ends = x0 + jnp.reshape(state.z, (-1, x0.size)) @ L.T
+    return 0.5 * (metric_x + metric_x.T), ends
 
 
-def _run_curved(
+def _flat_chains(init_params, num_chains):
+    """``(starts (C, d), unravel)`` of unconstrained starting points (per site, a leading chain
+    axis where ``num_chains > 1``)."""
+    chains = init_params if num_chains > 1 else jax.tree.map(lambda x: x[None], init_params)
+    unravel = ravel_pytree(jax.tree.map(lambda x: x[0], chains))[1]
+    return jax.vmap(lambda p: ravel_pytree(p)[0])(chains), unravel
+
+
+def _run_mapped(
     bayes_model,
     data,
-    curved: CurvedLaplaceMap,
+    transform,
     init_params,
     *,
     run_key,
@@ -222,26 +266,38 @@ def _run_curved(
     num_chains: int,
     settings: dict,
     progress: bool,
+    inverse_mass=None,
+    starts=None,
 ):
-    """NUTS in the coordinates ``s`` of ``curved`` (:mod:`inference.curved`) with a diagonal
-    metric adapted from the unit one where the warm-up has :data:`CURVED_ADAPT_MIN_WARMUP` steps
-    (Stan's windows: where the map misses a width, e.g. beyond the third order it fits).
-    Returns ``(samples {latent site: (chains, draws, ...)} constrained, sample stats, last
-    state)``. Chains start at the map's preimage of ``init_params``; the stats' ``lp`` is the
-    log density in ``s`` (the map's log-Jacobian included)."""
-    chains = init_params if num_chains > 1 else jax.tree.map(lambda x: x[None], init_params)
-    flat = jax.vmap(lambda p: ravel_pytree(p)[0])(chains)  # (C, d)
-    unravel = ravel_pytree(jax.tree.map(lambda x: x[0], chains))[1]
-    s0 = jnp.asarray(curved.inverse(np.asarray(flat)), flat.dtype)
+    """NUTS in the coordinates ``s`` of ``transform`` (``forward(s) -> (z, log |dz/ds|)``,
+    ``inverse(z) -> s``: :class:`inference.curved.CurvedLaplaceMap`,
+    :class:`inference.softplus_map.SoftplusCoefficientMap`). With ``inverse_mass`` (d, d) that
+    fixed metric (only the step size adapts); without, a diagonal adapted from the unit one
+    where the warm-up has :data:`CURVED_ADAPT_MIN_WARMUP` steps (Stan's windows; the curved map
+    whitens). Chains start at ``starts`` (C, d) in ``s``, else at the preimage of
+    ``init_params``. Returns ``(samples {latent site: (chains, draws, ...)} constrained, sample
+    stats, last state)``; the stats' ``lp`` is the log density in ``s`` (the map's
+    log-Jacobian included)."""
+    flat, unravel = _flat_chains(init_params, num_chains)
+    if starts is None:
+        starts = jnp.asarray(transform.inverse(np.asarray(flat)), flat.dtype)
 
     def potential(s):
-        z, log_jac = curved.forward(s)
+        z, log_jac = transform.forward(s)
         return potential_energy(bayes_model.model, (data,), {}, unravel(z)) - log_jac
 
+    if inverse_mass is None:
+        # the map whitens: a diagonal adapted only where the warm-up has room for Stan's windows
+        metric = {"adapt_mass_matrix": num_warmup >= CURVED_ADAPT_MIN_WARMUP}
+    else:
+        metric = {
+            "inverse_mass_matrix": inverse_mass,
+            "dense_mass": True,
+            "adapt_mass_matrix": False,
+        }
     kernel = NUTS(
         potential_fn=potential,
-        # the map whitens: a diagonal adapted only where the warm-up has room for Stan's windows
-        adapt_mass_matrix=num_warmup >= CURVED_ADAPT_MIN_WARMUP,
+        **metric,
         target_accept_prob=settings["target_accept"],
         max_tree_depth=settings["max_tree_depth"],
     )
@@ -253,13 +309,15 @@ def _run_curved(
         chain_method=settings["chain_method"],
         progress_bar=progress,
     )
-    mcmc.run(run_key, extra_fields=EXTRA_FIELDS, init_params=s0 if num_chains > 1 else s0[0])
+    mcmc.run(
+        run_key, extra_fields=EXTRA_FIELDS, init_params=starts if num_chains > 1 else starts[0]
+    )
     s = jnp.reshape(mcmc.get_samples(group_by_chain=True), (num_chains, num_samples, -1))
 
     @jax.jit
     def constrained(s):
         return jax.vmap(
-            lambda x: constrain_fn(bayes_model.model, (data,), {}, unravel(curved.forward(x)[0]))
+            lambda x: constrain_fn(bayes_model.model, (data,), {}, unravel(transform.forward(x)[0]))
         )(s)
 
     samples = jax.vmap(constrained)(s)
@@ -383,12 +441,15 @@ def fit_nuts(
     k_run, k_pred = jax.random.split(key)
     latent, _ = trace_sites(bayes_model, data)
     fixed_metric, metric_name = None, "adapt"
-    curved = curved_record = None
+    transform = map_record = None  # a run in a map's coordinates (MAPPED_METRICS)
     if extend is None:
         fixed_metric, metric_name = _fixed_metric(bayes_model, data, metric, init, latent)
         if metric_name == "laplace-curved":
-            (curved, curved_record), fixed_metric = fixed_metric, None
+            (transform, map_record), fixed_metric = fixed_metric, None
             dense_mass = False
+        elif metric_name == "softplus-adapt":
+            transform, fixed_metric, map_record = fixed_metric
+            dense_mass = True
         elif metric_name != "adapt":
             dense_mass = fixed_metric.ndim == 2
     settings = {
@@ -411,10 +472,10 @@ def fit_nuts(
             raise ValueError(
                 f"extend: result has {old['num_chains']} chains, asked for {num_chains}"
             )
-        if old.get("metric") == "laplace-curved":
+        if old.get("metric") in MAPPED_METRICS:
             raise ValueError(
-                "extend: a NUTS run with metric='laplace-curved' samples in the coordinates of "
-                "its own map and cannot be continued; run fit_nuts again with more draws"
+                f"extend: a NUTS run with metric={old['metric']!r} samples in the coordinates "
+                "of its own map and cannot be continued; run fit_nuts again with more draws"
             )
         for k in ("dense_mass", "target_accept", "max_tree_depth"):
             settings[k] = old[k]
@@ -430,16 +491,25 @@ def fit_nuts(
         init_params = _initial_params(bayes_model, data, k_start, latent, num_chains)
     run_warmup = num_warmup
     t0 = time.perf_counter()
-    if metric_name == "laplace-adapt" and num_warmup > 0:
-        # the metric is adapted in Laplace-whitened coordinates; the sampler below then runs
-        # with it fixed, after a short step-size-only warm-up of its own
+    starts = None
+    if metric_name in ("laplace-adapt", "softplus-adapt") and num_warmup > 0:
+        # the metric is adapted in Laplace-whitened coordinates (of the map, if any); the
+        # sampler below then runs with it fixed, after a short step-size-only warm-up of its own
         run_warmup = min(100, num_warmup // 5)
         k_warm, k_run = jax.random.split(k_run)
-        fixed_metric, init_params = _whitened_warmup(
-            bayes_model,
-            data,
+        flat, unravel = _flat_chains(init_params, num_chains)
+
+        def potential(x):
+            if transform is None:
+                return potential_energy(bayes_model.model, (data,), {}, unravel(x))
+            z, log_jac = transform.forward(x)
+            return potential_energy(bayes_model.model, (data,), {}, unravel(z)) - log_jac
+
+        x0 = flat if transform is None else jnp.asarray(transform.inverse(np.asarray(flat)), flat.dtype)
+        fixed_metric, ends = _whitened_warmup(
+            potential,
             fixed_metric,
-            init_params,
+            x0,
             k_warm,
             num_warmup=num_warmup - run_warmup,
             num_chains=num_chains,
@@ -448,12 +518,18 @@ def fit_nuts(
             max_tree_depth=settings["max_tree_depth"],
             progress=progress,
         )
-    if curved is not None:
-        settings["curved_map"] = curved_record
-        samples, stats, last_state = _run_curved(
+        if transform is None:
+            init_params = jax.vmap(unravel)(ends)
+            if num_chains == 1:
+                init_params = jax.tree.map(lambda x: x[0], init_params)
+        else:
+            starts = ends
+    if transform is not None:
+        settings["curved_map" if metric_name == "laplace-curved" else "softplus_map"] = map_record
+        samples, stats, last_state = _run_mapped(
             bayes_model,
             data,
-            curved,
+            transform,
             init_params,
             run_key=k_run,
             num_warmup=run_warmup,
@@ -461,6 +537,8 @@ def fit_nuts(
             num_chains=num_chains,
             settings=settings,
             progress=progress,
+            inverse_mass=None if metric_name == "laplace-curved" else fixed_metric,
+            starts=starts,
         )
         wall_s = time.perf_counter() - t0
         return _nuts_result(

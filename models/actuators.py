@@ -35,6 +35,7 @@ from typing import ClassVar, final
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 import bayes_nea as bn
 from models._sites import (
@@ -179,10 +180,25 @@ class _Coefficients(_Friction):
     """Friction with named positive coefficients ``exp(u)``, ``u ~ N(prior)`` (abstract)."""
 
     coefficients: ClassVar[tuple[str, ...]]
+    #: the coefficients that each scale one term of the law (the torque is linear in each)
+    scale_coefficients: ClassVar[tuple[str, ...]] = ()
     coefficient_sites: tuple[GaussianSite, ...]
 
     def sample(self, dtype):
         return {s.site: s.sample(dtype) for s in self.coefficient_sites}
+
+    def log_scale_coefficients(self) -> dict:
+        """``{latent site: (a, b, m, s)}`` of the :attr:`scale_coefficients` (numpy, the site's
+        shape): the latent value is ``(log c - a) / b`` with prior ``N(m, s^2)``;
+        ``inference.softplus_map`` samples them in softplus coordinates."""
+        out = {}
+        for what, site in zip(self.coefficients, self.coefficient_sites, strict=True):
+            if what not in self.scale_coefficients:
+                continue
+            loc, scale = np.asarray(site.prior.loc), np.asarray(site.prior.scale)
+            zero, one = np.zeros_like(loc), np.ones_like(scale)
+            out[site.site] = (loc, scale, zero, one) if site.whitened else (zero, one, loc, scale)
+        return out
 
     def init_sample(self, key, dtype):
         return {s.site: s.init(dtype) for s in self.coefficient_sites}
@@ -217,6 +233,7 @@ class Viscous(_Coefficients):
     name: ClassVar[str] = "viscous"
     energy_class: ClassVar[str] = "dissipative"
     coefficients: ClassVar[tuple[str, ...]] = ("viscous",)
+    scale_coefficients: ClassVar[tuple[str, ...]] = ("viscous",)
     linear_coefficients: ClassVar[tuple[str, ...] | None] = ("viscous",)
 
     @classmethod
@@ -248,6 +265,7 @@ class Stribeck(_Coefficients):
         "stribeck_amplitude",
         "stribeck_velocity",
     )
+    scale_coefficients: ClassVar[tuple[str, ...]] = ("viscous", "coulomb", "stribeck_amplitude")
 
     @classmethod
     def build(cls, robot, prior: Prior, scales: Scales, *, whitened=True, **_):

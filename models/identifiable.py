@@ -53,6 +53,7 @@ import numpyro.distributions as dist
 import bayes_nea as bn
 import models.truncated_gaussian as tg
 from models.likelihoods import LinearStats, ModelData, check_data
+from models.spec import ModelSpec
 
 Array = jax.Array
 
@@ -62,6 +63,26 @@ DEFAULT_MOMENT_DRAWS = 20_000
 DEFAULT_COMPLETION_STEPS = 300
 COMPLETION_CHUNK = 64  # draws per compiled completion call (IdentifiableModel.complete)
 BASIS_STATES, BASIS_STATES_KEY = 32, 7  # states whose stacked regressor defines B(k) (no-Kin)
+
+SAMPLER_FORMAT = 2
+"""Version of the NUTS path ``inference.fit_nuts(metric="auto")`` takes in this geometry: 2 since
+Stribeck friction samples its scale coefficients in softplus coordinates (``nuts_metric``
+``"softplus-adapt"``; before, ``"laplace-adapt"``). Grid cells record it; a resumed grid computes
+again the cells whose sampler has changed since (:func:`sampler_changed_since`)."""
+
+
+def sampler_changed_since(variant: str, sampler_format: int) -> bool:
+    """Whether a NUTS fit of ``variant`` (a name; other strings never) made at
+    ``sampler_format`` ran another path than the current :data:`SAMPLER_FORMAT`: Stribeck
+    friction with known kinematics."""
+    try:
+        spec = ModelSpec.parse(variant)
+    except ValueError:
+        return False
+    return sampler_format < SAMPLER_FORMAT and (spec.family, spec.actuator) == (
+        "diffnea",
+        "stribeck",
+    )
 
 
 class SparseFeatures(NamedTuple):
@@ -401,11 +422,12 @@ class IdentifiableModel:
     @property
     def nuts_metric(self) -> str:
         """The metric ``inference.fit_nuts(metric="auto", init=MAP)`` uses: ``"laplace"``, or
-        ``"laplace-adapt"`` (a dense metric adapted in Laplace-whitened coordinates) for
-        Stribeck friction, whose weakly identified Coulomb / Stribeck coefficients are skewed
-        so that the MAP's inverse Hessian underestimates their spread
+        ``"softplus-adapt"`` for Stribeck friction: its viscous, Coulomb and Stribeck-amplitude
+        coefficients sampled in softplus coordinates (``inference.softplus_map``; in log
+        coordinates their posteriors are skewed, a prior tail beside a wall where the data see
+        them) with a dense metric adapted in Laplace-whitened coordinates
         (docs/inference-geometry.md has the measurements)."""
-        return "laplace-adapt" if self.source.spec.actuator == "stribeck" else "laplace"
+        return "softplus-adapt" if self.source.spec.actuator == "stribeck" else "laplace"
 
     @property
     def nuts_target_accept(self) -> float:
@@ -760,8 +782,7 @@ class KinematicIdentifiableModel(IdentifiableModel):
         fixed metric follows. Stribeck friction keeps ``"laplace-adapt"``: its funnel is no bend,
         and in the curved coordinates the cart-pole diverged (35 of 2,000 draws against 0;
         docs/inference-geometry.md)."""
-        fixed_kinematics = super().nuts_metric  # "laplace-adapt" for Stribeck friction
-        return fixed_kinematics if fixed_kinematics == "laplace-adapt" else "laplace-curved"
+        return "laplace-adapt" if self.source.spec.actuator == "stribeck" else "laplace-curved"
 
     @property
     def nuts_target_accept(self) -> float:

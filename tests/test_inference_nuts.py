@@ -616,3 +616,137 @@ def test_laplace_curved_proposal_follows_a_banana(banana):
     n = report["importance_ess"]
     for name, draws in (("y2", v[:, 0] ** 2), ("x", v[:, 1]), ("x2", v[:, 1] ** 2)):
         assert abs(float(np.mean(draws)) - ref[name]) < 4 * float(np.std(draws)) / np.sqrt(n), name
+
+
+WALL_PRIOR = (float(np.log(0.5)), 1.5)
+"""``x = log c ~ N(loc, sd)`` of the wall problem's coefficient (prior median 0.5)."""
+WALL_WIDTH = 0.05
+"""The wall problem's likelihood ``exp(-c^2 / (2 w^2))`` in the coefficient ``c``: the data
+bound ``c`` far below the prior's median, as friction that 5,000 states barely see."""
+
+
+def _wall_moments() -> dict:
+    """``E x``, ``E x^2`` of ``p(x) ~ N(x; loc, sd) exp(-exp(2 x) / (2 w^2))`` by quadrature."""
+    loc, sd = WALL_PRIOR
+    x = np.linspace(loc - 10 * sd, np.log(WALL_WIDTH) + 3.0, 40001)
+    log_p = -((x - loc) ** 2) / (2 * sd**2) - np.exp(2 * x) / (2 * WALL_WIDTH**2)
+    p = np.exp(log_p - log_p.max())
+    p /= p.sum()
+    return {"x": float((p * x).sum()), "x2": float((p * x**2).sum()), "mode": float(x[p.argmax()])}
+
+
+@pytest.fixture(scope="module")
+def wall(problem):
+    """The linear-Gaussian model with a positive coefficient ``c = exp(x)``, site ``friction``
+    (not whitened: prior ``N(WALL_PRIOR)`` on ``x``), and the factor ``-c^2 / (2 w^2)``: in
+    ``x`` a wall whose curvature grows like ``c^2`` beside the prior's tail (the Stribeck
+    posteriors' shape). Its actuator names the site a log scale coefficient."""
+    import dataclasses
+    import types
+
+    import jax.numpy as jnp
+    import numpyro.distributions as dist
+
+    model, data, mean, _ = problem
+    loc, sd = WALL_PRIOR
+    base = _with_extra_site(
+        model,
+        "friction",
+        dist.Normal(loc, sd),
+        lambda x: -jnp.exp(2 * x) / (2 * WALL_WIDTH**2),
+    )
+
+    @dataclasses.dataclass(frozen=True, eq=False)
+    class WithCoefficient(type(base)):
+        @property
+        def actuator(self):
+            return types.SimpleNamespace(
+                log_scale_coefficients=lambda: {"friction": (0.0, 1.0, loc, sd)}
+            )
+
+    site = WithCoefficient(**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)})
+    b = model.n_base
+    init = {"beta": mean[:b], "actuator/viscous": mean[b:], "friction": _wall_moments()["mode"]}
+    return site, data, init
+
+
+def test_softplus_map_knee_inverse_jacobian_and_hessian(wall):
+    """``fit_softplus_map`` puts the knee at the likelihood's width in ``c`` (closed form:
+    ``f(c) = c^2 / (2 w^2)``, so ``w``) at any point, not only the mode; the map's inverse, its
+    log-Jacobian (against the determinant of its autodiff Jacobian) and its Hessian (against
+    autodiff of the composed potential) hold at random points."""
+    import jax
+    import jax.numpy as jnp
+    from jax.flatten_util import ravel_pytree
+    from numpyro.infer.util import potential_energy, unconstrain_fn
+
+    from inference.softplus_map import KNEE, coefficient_coordinates, fit_softplus_map
+
+    model, data, init = wall
+    unconstrained = unconstrain_fn(model.model, (data,), {}, init)
+    flat, unravel = ravel_pytree(unconstrained)
+    index = coefficient_coordinates(model, unconstrained)[0]
+    # sites flatten in sorted order: "actuator/viscous" (n,), "beta" (b,), "friction"
+    assert index.tolist() == [flat.size - 1]
+
+    def U(z):
+        return potential_energy(model.model, (data,), {}, unravel(z))
+
+    for shift in (0.0, -1.3, 0.8):  # the mode and two other points
+        z = flat.at[-1].add(shift)
+        cmap = fit_softplus_map(
+            model, unravel(z), np.asarray(jax.hessian(U)(z)), np.asarray(jax.grad(U)(z))
+        )
+        assert cmap.knee[0] == pytest.approx(KNEE * WALL_WIDTH, rel=1e-8)
+    s = np.asarray(jax.random.normal(jax.random.PRNGKey(0), (4, flat.size))) * 2.0
+    for point in s:
+        z, log_jac = cmap.forward(jnp.asarray(point))
+        np.testing.assert_allclose(cmap.inverse(np.asarray(z)), point, rtol=1e-9, atol=1e-9)
+        J = np.asarray(jax.jacobian(lambda v: cmap.forward(v)[0])(jnp.asarray(point)))
+        assert float(log_jac) == pytest.approx(np.linalg.slogdet(J)[1], abs=1e-9)
+        assert np.linalg.slogdet(J)[0] == 1.0  # increasing in every coordinate
+
+        def V(v):
+            zz, lj = cmap.forward(v)
+            return U(zz) - lj
+
+        expected = np.asarray(jax.hessian(V)(jnp.asarray(point)))
+        got = cmap.hessian(point, np.asarray(jax.hessian(U)(z)), np.asarray(jax.grad(U)(z)))
+        np.testing.assert_allclose(got, expected, rtol=1e-7, atol=1e-7 * np.abs(expected).max())
+
+
+def test_nuts_in_softplus_coordinates_samples_a_wall(wall, problem):
+    """``fit_nuts(metric="softplus-adapt")`` on the wall: no divergences, the draws' moments of
+    ``x`` match quadrature of the exact density within Monte Carlo error, and the other sites
+    keep the closed-form posterior's spread. ``extend`` refuses such a run."""
+    model, data, init = wall
+    fit = fit_nuts(
+        model,
+        data,
+        key=1,
+        num_warmup=500,
+        num_samples=1000,
+        num_chains=2,
+        init=init,
+        metric="softplus-adapt",
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    settings = fit.attrs["settings"]
+    assert settings["metric"] == "softplus-adapt" and settings["dense_mass"]
+    assert settings["softplus_map"]["mapped"] == 1
+    d = fit.diagnostics()
+    assert d["divergences"] == 0 and d["rhat_max"] < 1.02
+    from numpyro.diagnostics import effective_sample_size
+
+    x = np.asarray(fit.posterior_samples(group_by_chain=True)["friction"])  # (chains, draws)
+    ref = _wall_moments()
+    for name, draws in (("x", x), ("x2", x**2)):
+        se = float(np.std(draws)) / np.sqrt(float(effective_sample_size(draws[..., None])[0]))
+        assert abs(float(np.mean(draws)) - ref[name]) < 4 * se, (name, np.mean(draws), ref[name])
+    b = problem[0].n_base
+    beta = np.asarray(fit.posterior_samples()["beta"])
+    np.testing.assert_allclose(np.std(beta, axis=0), np.sqrt(np.diag(problem[3]))[:b], rtol=0.12)
+    with pytest.raises(ValueError, match="softplus-adapt"):
+        fit_nuts(model, data, key=2, extend=fit, num_samples=10, progress=False)

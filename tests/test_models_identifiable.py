@@ -456,12 +456,13 @@ def test_completion_where_rejection_fails(system, prior):
 
 @pytest.mark.slow  # compiles a Stribeck NUTS run (130 s on the loaded shared machine)
 def test_fit_nuts_auto_metric_and_target_follow_the_model():
-    # Stribeck: dense metric adapted in Laplace-whitened coordinates; the rest: Laplace metric
+    # Stribeck: softplus coordinates for its scale coefficients, a dense metric adapted in
+    # Laplace-whitened coordinates; the rest: Laplace metric
     robot = bn.get_system("cartpole")
     strib = identifiable_model(build_model("diffnea/stribeck/informative", robot), moment_draws=500)
-    assert strib.nuts_metric == "laplace-adapt"
+    assert strib.nuts_metric == "softplus-adapt"
     weak = identifiable_model(build_model("diffnea/stribeck/weak", robot), moment_draws=500)
-    assert weak.nuts_metric == "laplace-adapt"
+    assert weak.nuts_metric == "softplus-adapt"
     viscous = identifiable_model(build_model("diffnea/viscous/weak", robot), moment_draws=500)
     assert viscous.nuts_metric == "laplace"
     # and the step-size target: smaller steps for Stribeck's walls
@@ -481,7 +482,8 @@ def test_fit_nuts_auto_metric_and_target_follow_the_model():
         num_predictive=0,
         log_likelihood=False,
     )
-    assert (
-        fit.attrs["settings"]["metric"] == "laplace-adapt" and fit.attrs["settings"]["dense_mass"]
-    )
+    settings = fit.attrs["settings"]
+    assert settings["metric"] == "softplus-adapt" and settings["dense_mass"]
+    # viscous, Coulomb and Stribeck amplitude of both joints in softplus coordinates
+    assert settings["softplus_map"]["mapped"] == 6
     assert fit.attrs["settings"]["target_accept"] == 0.95
