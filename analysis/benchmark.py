@@ -30,7 +30,6 @@ from data.io import remove_stale_temporaries, write_json_atomic
 from inference import LBFGS, OPTIMIZERS, TRAIN_DTYPES
 from models import ModelSpec, variant_names
 from models.actuators import NETWORK_FORMAT, reshaped_since
-from models.identifiable import SAMPLER_FORMAT, sampler_changed_since
 from models.variants import START_FORMAT, has_networks, start_changed_since
 
 SYSTEMS = ("cartpole", "furuta")
@@ -326,9 +325,8 @@ def _finished(record: dict | None, cell: dict, settings: dict) -> bool:
     """Whether ``record`` is a finished computation of ``cell`` (its dataset options included)
     under ``settings`` (the grid's axes, :data:`GRID_AXES`, aside): kept on resume instead of
     computed again. A record of a network actuator whose structure changed since it was computed
-    (``models.actuators.reshaped_since``), whose start point did
-    (``models.variants.start_changed_since``) or whose NUTS path did
-    (``models.identifiable.sampler_changed_since``) is not finished."""
+    (``models.actuators.reshaped_since``) or whose start point did
+    (``models.variants.start_changed_since``) is not finished."""
     return bool(
         record
         and record["status"] == "ok"
@@ -337,7 +335,6 @@ def _finished(record: dict | None, cell: dict, settings: dict) -> bool:
         and record.get("cell") == cell
         and not reshaped_since(cell["variant"], record.get("network_format", 1))
         and not start_changed_since(cell["variant"], record.get("start_format", 1))
-        and not sampler_changed_since(cell["variant"], record.get("sampler_format", 1))
     )
 
 
@@ -402,7 +399,6 @@ def _run_cell(
         record = run_and_record(
             lambda: cell_fn(cell, settings), path, schema=CELL_SCHEMA, cell=cell,
             settings=settings, network_format=NETWORK_FORMAT, start_format=START_FORMAT,
-            sampler_format=SAMPLER_FORMAT,
         )
         # a worker runs cell after cell, each with its own models: their compiled programs would
         # pile up until the kernel's mapping limit kills the process (analysis.resources)

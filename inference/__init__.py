@@ -5,7 +5,7 @@ Public API::
     fit_svi(bayes_model, data, *, key, guide="auto", steps=3000, ...) -> FitResult
     default_guide(bayes_model) -> "ensemble" (network weights) | "delta"
     fit_nuts(bayes_model, data, *, key, num_warmup=1000, num_samples=1000, num_chains=2,
-             init=None, metric="auto" | "adapt" | "laplace" | array, ...)
+             init=None, metric="auto" | "adapt" | "laplace" | "softplus-adapt" | array, ...)
     laplace_inverse_mass(bayes_model, data, point) -> (d, d)   # the Laplace NUTS metric
     fit_laplace(bayes_model, data, *, init, key, importance="auto", ...) -> FitResult
                                         # N(MAP, H^-1) draws, PSIS-resampled where reliable

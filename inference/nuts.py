@@ -104,6 +104,18 @@ def _initial_params(bayes_model, data, init, latent, num_chains):
     return {k: jnp.stack([u[k] for u in unconstrained]) for k in unconstrained[0]}
 
 
+def _adapt_instead(metric: str) -> tuple[None, str]:
+    """Warn (at ``fit_nuts``'s caller) that the Hessian of the log joint at init is not finite,
+    and fall back to an adapted dense metric instead of ``metric``."""
+    warnings.warn(
+        f"the Hessian of the log joint at init is not finite; NUTS adapts a dense metric instead "
+        f"of {metric}",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return None, "adapt"
+
+
 def _fixed_metric(bayes_model, data, metric, init, latent):
     """(inverse mass matrix or None, name stored in the settings) for ``fit_nuts``'s ``metric``."""
     if isinstance(metric, str):
@@ -122,36 +134,18 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
         if metric == "laplace-curved":
             curved, record = fit_curved_map(bayes_model, data, point)
             if not np.all(np.isfinite(curved.axes)):
-                warnings.warn(
-                    "the Hessian of the log joint at init is not finite; NUTS adapts a dense "
-                    "metric instead of the curved Laplace map",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                return None, "adapt"
+                return _adapt_instead("the curved Laplace map")
             return (curved, record), metric
         if metric == "softplus-adapt":
             cmap, inverse_mass, record = _softplus_metric(bayes_model, data, point)
             if not np.all(np.isfinite(inverse_mass)):
-                warnings.warn(
-                    "the Hessian of the log joint at init is not finite; NUTS adapts a dense "
-                    "metric instead of the softplus map's Laplace metric",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
-                return None, "adapt"
+                return _adapt_instead("the softplus map's Laplace metric")
             return (cmap, inverse_mass, record), metric
         inverse_mass = np.asarray(
             laplace_inverse_mass(bayes_model, data, point, slices=metric == "laplace-slices")
         )
         if not np.all(np.isfinite(inverse_mass)):
-            warnings.warn(
-                "the Hessian of the log joint at init is not finite; NUTS adapts a dense metric "
-                "instead of the Laplace metric",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return None, "adapt"
+            return _adapt_instead("the Laplace metric")
         return jnp.asarray(inverse_mass), metric
     inverse_mass = np.asarray(metric)
     size = sum(int(np.prod(np.shape(v))) for v in latent.values())
@@ -378,6 +372,12 @@ def fit_nuts(
             fixed (averaged over chains) for a step-size-only warm-up (the last fifth, at most
             100 steps) and the draws: for posteriors with skewed, weakly identified directions
             whose spread the MAP's curvature misses (docs/inference-geometry.md).
+            ``"softplus-adapt"``: the same in the coordinates of
+            :class:`inference.softplus_map.SoftplusCoefficientMap` fitted at ``init`` (the
+            friction law's scale coefficients as ``c = k softplus(s)``, ``k`` their likelihood
+            width: log-like where only the prior sees them, linear where the data do), the
+            Laplace metric of the density there as the start; the Stribeck models' default.
+            Such a run cannot be ``extend``-ed.
             ``"laplace-slices"``: the Laplace metric with the variance of each of its axes
             that the log joint shows to be far from Gaussian taken from the fitted slice
             (``laplace_inverse_mass(slices=True)``). ``"laplace-curved"``: NUTS in the

@@ -53,7 +53,6 @@ import numpyro.distributions as dist
 import bayes_nea as bn
 import models.truncated_gaussian as tg
 from models.likelihoods import LinearStats, ModelData, check_data
-from models.spec import ModelSpec
 
 Array = jax.Array
 
@@ -63,26 +62,6 @@ DEFAULT_MOMENT_DRAWS = 20_000
 DEFAULT_COMPLETION_STEPS = 300
 COMPLETION_CHUNK = 64  # draws per compiled completion call (IdentifiableModel.complete)
 BASIS_STATES, BASIS_STATES_KEY = 32, 7  # states whose stacked regressor defines B(k) (no-Kin)
-
-SAMPLER_FORMAT = 2
-"""Version of the NUTS path ``inference.fit_nuts(metric="auto")`` takes in this geometry: 2 since
-Stribeck friction samples its scale coefficients in softplus coordinates (``nuts_metric``
-``"softplus-adapt"``; before, ``"laplace-adapt"``). Grid cells record it; a resumed grid computes
-again the cells whose sampler has changed since (:func:`sampler_changed_since`)."""
-
-
-def sampler_changed_since(variant: str, sampler_format: int) -> bool:
-    """Whether a NUTS fit of ``variant`` (a name; other strings never) made at
-    ``sampler_format`` ran another path than the current :data:`SAMPLER_FORMAT`: Stribeck
-    friction with known kinematics."""
-    try:
-        spec = ModelSpec.parse(variant)
-    except ValueError:
-        return False
-    return sampler_format < SAMPLER_FORMAT and (spec.family, spec.actuator) == (
-        "diffnea",
-        "stribeck",
-    )
 
 
 class SparseFeatures(NamedTuple):

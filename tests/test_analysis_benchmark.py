@@ -30,7 +30,6 @@ from analysis.benchmark import (
 from data.io import write_json_atomic
 from data.simulate import MEASUREMENT_NOISE
 from models.actuators import NETWORK_FORMAT
-from models.identifiable import SAMPLER_FORMAT
 from models.variants import START_FORMAT
 
 pytestmark = pytest.mark.standard_promotion  # runs NumPyro / optax (conftest.py)
@@ -128,7 +127,6 @@ def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_ste
             "settings": legacy,
             "network_format": NETWORK_FORMAT,
             "start_format": START_FORMAT,
-            "sampler_format": SAMPLER_FORMAT,
         }
         assert _finished(record, cell, quick), variant
         assert _finished(record, cell, lbfgs) is not networks, variant
@@ -211,15 +209,13 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
     assert fourth.ran == (stale_id,)
     assert fourth.kept == (cell_id("cartpole", "trajectories", VARIANTS[2]),)
     assert read_cell(stale)["cell"]["data"] == MEASUREMENT_NOISE
-    # a record from before the network actuators' last change (no network_format), from
-    # before weak-prior hybrids started at the white-box MAP (no start_format) or from before
-    # Stribeck NUTS sampled in softplus coordinates (no sampler_format): computed again for the
-    # variants that change concerns, kept for every other
+    # a record from before the network actuators' last change (no network_format) or from
+    # before weak-prior hybrids started at the white-box MAP (no start_format): computed again
+    # for the variants that change concerns, kept for every other
     one_cell = {"systems": ("cartpole",), "datasets": ("uniform",)}
     for changed, field, current in (
         ("toy/nn-residual/prior", "network_format", NETWORK_FORMAT),
         ("diffnea/ffnn/weak", "start_format", START_FORMAT),
-        ("diffnea/stribeck/weak", "sampler_format", SAMPLER_FORMAT),
     ):
         assert in_process(**one_cell, variants=(changed,)).ran == (
             cell_id("cartpole", "uniform", changed),
@@ -251,7 +247,7 @@ def test_full_grid_runs_and_resumes(tmp_path, cell_module):
         svi_steps=7,
     )
     assert len(third.ran) == 2 and not third.kept
-    assert len(load_records(out)) == 160  # 156 + the changed variants (3) + the seed-7 cell
+    assert len(load_records(out)) == 159
 
 
 def test_resume_after_killed_run(tmp_path, cell_module):
