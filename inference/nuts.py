@@ -240,6 +240,19 @@ def _whitened_warmup(
     return 0.5 * (metric_x + metric_x.T), ends
 
 
+def _potential(bayes_model, data, unravel, transform=None):
+    """``x (d,) -> -log density`` over flat coordinates: the unconstrained latent sites, or with
+    ``transform`` its coordinates (``transform.forward``'s log-Jacobian included)."""
+
+    def potential(x):
+        if transform is None:
+            return potential_energy(bayes_model.model, (data,), {}, unravel(x))
+        z, log_jac = transform.forward(x)
+        return potential_energy(bayes_model.model, (data,), {}, unravel(z)) - log_jac
+
+    return potential
+
+
 def _flat_chains(init_params, num_chains):
     """``(starts (C, d), unravel)`` of unconstrained starting points (per site, a leading chain
     axis where ``num_chains > 1``)."""
@@ -275,11 +288,7 @@ def _run_mapped(
     flat, unravel = _flat_chains(init_params, num_chains)
     if starts is None:
         starts = jnp.asarray(transform.inverse(np.asarray(flat)), flat.dtype)
-
-    def potential(s):
-        z, log_jac = transform.forward(s)
-        return potential_energy(bayes_model.model, (data,), {}, unravel(z)) - log_jac
-
+    potential = _potential(bayes_model, data, unravel, transform)
     if inverse_mass is None:
         # the map whitens: a diagonal adapted only where the warm-up has room for Stan's windows
         metric = {"adapt_mass_matrix": num_warmup >= CURVED_ADAPT_MIN_WARMUP}
@@ -498,18 +507,12 @@ def fit_nuts(
         run_warmup = min(100, num_warmup // 5)
         k_warm, k_run = jax.random.split(k_run)
         flat, unravel = _flat_chains(init_params, num_chains)
-
-        def potential(x):
-            if transform is None:
-                return potential_energy(bayes_model.model, (data,), {}, unravel(x))
-            z, log_jac = transform.forward(x)
-            return potential_energy(bayes_model.model, (data,), {}, unravel(z)) - log_jac
-
-        x0 = flat if transform is None else jnp.asarray(transform.inverse(np.asarray(flat)), flat.dtype)
+        if transform is not None:
+            flat = jnp.asarray(transform.inverse(np.asarray(flat)), flat.dtype)
         fixed_metric, ends = _whitened_warmup(
-            potential,
+            _potential(bayes_model, data, unravel, transform),
             fixed_metric,
-            x0,
+            flat,
             k_warm,
             num_warmup=num_warmup - run_warmup,
             num_chains=num_chains,
