@@ -11,9 +11,9 @@ The posterior of a cell (:func:`fit_posterior`) is the library's own path for it
 - white-box variants without networks (``diffnea`` / ``nokin-diffnea`` with the ideal, viscous or
   Stribeck actuator): the identifiable (base-parameter) geometry, a Newton-polished MAP, then NUTS
   from it (``fit_nuts``'s default metric for the model, ``laplace-adapt`` where that is the
-  non-extendable ``softplus-adapt``: :data:`GRID_NUTS_METRICS`); when it did not converge, its chains are
-  extended by as many draws again if only R-hat or ESS fell short, or re-run with twice the
-  warm-up, a higher step-size target (:func:`next_target_accept`) and a new key after
+  non-extendable ``softplus-adapt``: :data:`GRID_NUTS_METRICS`); when it did not converge, its
+  chains are extended by as many draws again if only R-hat or ESS fell short, or re-run with
+  twice the warm-up, a higher step-size target (:func:`next_target_accept`) and a new key after
   divergences, up to ``nuts_attempts`` runs;
 - ``nokin-diffnea`` without networks, when ``settings["kinematics_posterior"]`` is ``"laplace"``
   (the quick setting): the Laplace approximation at the polished MAP in the same coordinates,
