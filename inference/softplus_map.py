@@ -77,9 +77,10 @@ class SoftplusCoefficientMap(NamedTuple):
         sp = np.logaddexp(0.0, t)  # softplus
         sig = 0.5 * (1.0 + np.tanh(0.5 * t))  # sigmoid
         dsig = sig * (1.0 - sig)
+        d2_log_sp = (dsig * sp - sig**2) / sp**2  # (log softplus)''
         dz = sig / (sp * self.scale)
-        d2z = (dsig * sp - sig**2) / (sp**2 * self.scale)
-        d2_log_dz = -dsig - (dsig * sp - sig**2) / sp**2  # of log sig - log sp - log b
+        d2z = d2_log_sp / self.scale
+        d2_log_dz = -dsig - d2_log_sp  # of log sig - log sp - log b
         D = np.ones(np.shape(s)[-1])
         D[self.index] = dz
         out = D[:, None] * np.asarray(H, np.float64) * D[None, :]

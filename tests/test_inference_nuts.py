@@ -565,34 +565,47 @@ def test_nuts_in_the_curved_map_samples_a_banana(banana, problem):
     moments of (y, x) match quadrature of the exact density within Monte Carlo error; the
     other sites keep the closed-form posterior's spread. ``extend`` refuses such a run."""
     model, data, init = banana
-    fit = fit_nuts(
+    fit = _fit_in_a_map(model, data, init, "laplace-curved", num_warmup=400)
+    settings = fit.attrs["settings"]
+    assert settings["metric"] == "laplace-curved" and len(settings["curved_map"]["quartic"]) == 1
+    v = np.asarray(fit.posterior_samples(group_by_chain=True)["banana"])  # (chains, draws, 2)
+    moments = {"y2": v[..., 0] ** 2, "x": v[..., 1], "x2": v[..., 1] ** 2}
+    _assert_a_mapped_run(fit, model, data, problem, moments, _banana_moments())
+
+
+def _fit_in_a_map(model, data, init, metric: str, *, num_warmup: int):
+    """``fit_nuts`` with ``metric`` (one of ``MAPPED_METRICS``): 2 x (num_warmup + 1,000)."""
+    return fit_nuts(
         model,
         data,
         key=1,
-        num_warmup=400,
+        num_warmup=num_warmup,
         num_samples=1000,
         num_chains=2,
         init=init,
-        metric="laplace-curved",
+        metric=metric,
         progress=False,
         num_predictive=0,
         log_likelihood=False,
     )
-    settings = fit.attrs["settings"]
-    assert settings["metric"] == "laplace-curved" and len(settings["curved_map"]["quartic"]) == 1
-    d = fit.diagnostics()
-    assert d["divergences"] == 0 and d["rhat_max"] < 1.02
+
+
+def _assert_a_mapped_run(fit, model, data, problem, moments: dict, ref: dict):
+    """A run in a map's coordinates on the linear-Gaussian problem with one extra site: no
+    divergences, R-hat < 1.02, each ``moments[name]`` (chains, draws) with its mean within 4
+    Monte Carlo standard errors of ``ref[name]``, the base parameters' spread the closed form's,
+    and ``extend`` refused (naming the metric)."""
     from numpyro.diagnostics import effective_sample_size
 
-    v = np.asarray(fit.posterior_samples(group_by_chain=True)["banana"])  # (chains, draws, 2)
-    ref = _banana_moments()
-    for name, draws in (("y2", v[..., 0] ** 2), ("x", v[..., 1]), ("x2", v[..., 1] ** 2)):
+    d = fit.diagnostics()
+    assert d["divergences"] == 0 and d["rhat_max"] < 1.02
+    for name, draws in moments.items():
         se = float(np.std(draws)) / np.sqrt(float(effective_sample_size(draws[..., None])[0]))
         assert abs(float(np.mean(draws)) - ref[name]) < 4 * se, (name, np.mean(draws), ref[name])
     b = problem[0].n_base
     beta = np.asarray(fit.posterior_samples()["beta"])
     np.testing.assert_allclose(np.std(beta, axis=0), np.sqrt(np.diag(problem[3]))[:b], rtol=0.12)
-    with pytest.raises(ValueError, match="laplace-curved"):
+    with pytest.raises(ValueError, match=fit.attrs["settings"]["metric"]):
         fit_nuts(model, data, key=2, extend=fit, num_samples=10, progress=False)
 
 
@@ -720,33 +733,9 @@ def test_nuts_in_softplus_coordinates_samples_a_wall(wall, problem):
     ``x`` match quadrature of the exact density within Monte Carlo error, and the other sites
     keep the closed-form posterior's spread. ``extend`` refuses such a run."""
     model, data, init = wall
-    fit = fit_nuts(
-        model,
-        data,
-        key=1,
-        num_warmup=500,
-        num_samples=1000,
-        num_chains=2,
-        init=init,
-        metric="softplus-adapt",
-        progress=False,
-        num_predictive=0,
-        log_likelihood=False,
-    )
+    fit = _fit_in_a_map(model, data, init, "softplus-adapt", num_warmup=500)
     settings = fit.attrs["settings"]
     assert settings["metric"] == "softplus-adapt" and settings["dense_mass"]
     assert settings["softplus_map"]["mapped"] == 1
-    d = fit.diagnostics()
-    assert d["divergences"] == 0 and d["rhat_max"] < 1.02
-    from numpyro.diagnostics import effective_sample_size
-
     x = np.asarray(fit.posterior_samples(group_by_chain=True)["friction"])  # (chains, draws)
-    ref = _wall_moments()
-    for name, draws in (("x", x), ("x2", x**2)):
-        se = float(np.std(draws)) / np.sqrt(float(effective_sample_size(draws[..., None])[0]))
-        assert abs(float(np.mean(draws)) - ref[name]) < 4 * se, (name, np.mean(draws), ref[name])
-    b = problem[0].n_base
-    beta = np.asarray(fit.posterior_samples()["beta"])
-    np.testing.assert_allclose(np.std(beta, axis=0), np.sqrt(np.diag(problem[3]))[:b], rtol=0.12)
-    with pytest.raises(ValueError, match="softplus-adapt"):
-        fit_nuts(model, data, key=2, extend=fit, num_samples=10, progress=False)
+    _assert_a_mapped_run(fit, model, data, problem, {"x": x, "x2": x**2}, _wall_moments())
