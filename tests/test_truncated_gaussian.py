@@ -12,8 +12,10 @@ import pytest
 from scipy import stats
 
 from models.truncated_gaussian import (
+    AffineLMI,
     lmi_feasible_point,
     sample_truncated_normal,
+    symmetric_eigenvalues,
     truncated_standard_normal,
 )
 
@@ -41,6 +43,66 @@ def test_truncated_standard_normal_matches_scipy_including_far_tails():
         assert abs(x[:, j].mean() - ref.mean()) < 5 * se, (a, b)
         assert abs(x[:, j].std() / ref.std() - 1) < 0.03, (a, b)
         assert stats.kstest(x[:, j], ref.cdf).pvalue > 1e-3, (a, b)
+
+
+def _hard_symmetric_blocks(rng, n):
+    """n random symmetric 4 x 4 blocks, with diagonal, clustered, rank-one and huge ones."""
+    X = rng.normal(size=(n, 4, 4))
+    S = X + np.swapaxes(X, -1, -2)
+    S[:50] = np.diag([1.0, 1.0, 2.0, 3.0])  # already diagonal, a repeated eigenvalue
+    S[50:100] = np.diag([1.0, 2.0, 3.0, 4.0]) + 1e-9 * S[50:100]  # nearly diagonal
+    v = rng.normal(size=(50, 4))
+    S[100:150] = v[:, :, None] * v[:, None, :]  # rank one
+    S[150:200] *= 1e8
+    return S
+
+
+@pytest.mark.parametrize("dtype, tol", [(jnp.float64, 1e-14), (jnp.float32, 2e-6)])
+def test_jacobi_eigenvalues_match_lapack(dtype, tol):
+    """Against numpy's (LAPACK) eigenvalues in float64, relative to the block's largest."""
+    S = _hard_symmetric_blocks(np.random.default_rng(0), 4000).astype(dtype)
+    lam = jax.jit(symmetric_eigenvalues)(jnp.asarray(S))
+    assert lam.dtype == dtype and lam.shape == S.shape[:-1]
+    lam = np.sort(np.asarray(lam, np.float64), -1)
+    ref = np.linalg.eigvalsh(S.astype(np.float64))
+    scale = np.abs(ref).max(-1, keepdims=True)
+    assert np.all(np.isfinite(lam))
+    np.testing.assert_array_less(np.abs(lam - ref) / scale, tol)
+
+
+def test_affine_lmi_logdet_derivatives_match_finite_differences():
+    """Value against numpy's slogdet, gradient and Hessian against central differences of it."""
+    rng = np.random.default_rng(1)
+    k, m, r = 3, 2, 4
+    X = rng.normal(size=(m, r, r))
+    constant = X @ np.swapaxes(X, -1, -2) + r * np.eye(r)
+    slopes = rng.normal(size=(k, m, r, r))
+    slopes = 0.3 * (slopes + np.swapaxes(slopes, -1, -2))
+    lmi = AffineLMI.of(
+        lambda nu: jnp.asarray(constant) + jnp.tensordot(nu, slopes, 1), jnp.zeros(k)
+    )
+    np.testing.assert_allclose(lmi.slopes, slopes, atol=1e-15)
+
+    def logdet(nu):
+        return np.linalg.slogdet(constant + np.tensordot(nu, slopes, 1))[1].sum()
+
+    nu, h = rng.normal(size=k) * 0.3, 1e-4
+    value, gradient, hessian = lmi.logdet_derivatives(jnp.asarray(nu))
+    np.testing.assert_allclose(value, logdet(nu), rtol=1e-12)
+    E = np.eye(k) * h
+    fd_grad = np.array([(logdet(nu + e) - logdet(nu - e)) / (2 * h) for e in E])
+    np.testing.assert_allclose(gradient, fd_grad, rtol=1e-7, atol=1e-9)
+    fd_hess = np.array(
+        [
+            [
+                (logdet(nu + a + b) - logdet(nu + a - b) - logdet(nu - a + b) + logdet(nu - a - b))
+                / (4 * h * h)
+                for b in E
+            ]
+            for a in E
+        ]
+    )
+    np.testing.assert_allclose(hessian, fd_hess, rtol=1e-5, atol=1e-6)
 
 
 # nu ~ N(0, I_2) truncated to {A(nu) > 0}: block 1 is [[a + x, c + y], [c + y, b - x]] (positive
