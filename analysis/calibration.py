@@ -3,7 +3,8 @@
 One replicate: draw a truth from the prior (:meth:`models.identifiable.IdentifiableModel.sample_prior`:
 base parameters, friction coefficients, noise scales, and a consistent theta), simulate data from
 it (uniform states, random efforts, forward dynamics plus the drawn noise), fit the posterior
-(Newton MAP, then NUTS from it with the Laplace metric), keep the draws whose base parameters
+(Newton MAP, then NUTS from it with the Laplace metric; Stribeck friction's scale
+coefficients in the softplus coordinates ``fit_nuts`` uses for them), keep the draws whose base parameters
 some consistent body has (the truths' prior is restricted so: :func:`consistent_draws`) and
 record the rank of the truth among ``L`` of them, evenly spaced, for every base parameter,
 friction coefficient and noise scale. If
@@ -34,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
+from jax.flatten_util import ravel_pytree
 from numpyro.infer.hmc import hmc
 from numpyro.infer.util import potential_energy
 from scipy import stats
@@ -43,13 +45,15 @@ from analysis.benchmark import read_cell, run_and_record
 from analysis.plots import plt
 from analysis.resources import sweep_client
 from data.io import remove_stale_temporaries, write_atomic
-from inference import laplace_inverse_mass
+from inference.laplace import floored_inverse, potential_hessian
 from inference.polish import polish_map_batched
+from inference.softplus_map import fit_softplus_map
 from models import ModelData, build_model
 from models._sites import characteristic_scales
 from models.identifiable import identifiable_model
 
-RECORD_SCHEMA = 4  # 2: own key per cell (cell_key); 3: a chain per replicate; 4: consistent draws
+RECORD_SCHEMA = 5  # 2: own key per cell (cell_key); 3: a chain per replicate; 4: consistent
+# draws; 5: per-replicate metric blocks, softplus coordinates (CalibrationSettings.coordinates)
 SYSTEMS = ("cartpole", "furuta")
 VARIANTS = ("diffnea/viscous/informative", "diffnea/stribeck/informative")
 
@@ -64,6 +68,11 @@ class CalibrationSettings:
         ranks: ``L`` thinned draws the truth is ranked among (``num_samples`` divisible by it).
         batch_size: replicates fitted jointly in one NUTS run (:class:`StackedModel`).
         seed: base seed (:func:`cell_key`).
+        coordinates: where the chains move: ``"unconstrained"`` (the latent sites), ``"softplus"``
+            (the friction's scale coefficients as ``c = k softplus(s)``,
+            :mod:`inference.softplus_map`, each replicate's knees at its own MAP) or ``"auto"``
+            (softplus for the models whose ``nuts_metric`` is ``softplus-adapt``, as
+            ``fit_nuts``). The Laplace metric is taken in those coordinates.
     """
 
     n_samples: int = 200
@@ -72,6 +81,7 @@ class CalibrationSettings:
     ranks: int = 100
     batch_size: int = 20
     seed: int = 0
+    coordinates: str = "auto"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -150,52 +160,125 @@ def _replicate_blocks(point: dict, replicates: int) -> np.ndarray:
     return np.concatenate(blocks, axis=1)
 
 
-def replicate_nuts(model, data, point: dict, metric, key, *, num_warmup: int, num_samples: int):
+COORDINATES = ("auto", "unconstrained", "softplus")
+
+
+def replicate_metrics(model, data, point: dict, *, softplus: bool):
+    """Each replicate's start and Laplace metric in the chains' coordinates.
+
+    The stacked model's Hessian (block diagonal: one block per replicate) and gradient at the
+    replicates' MAPs ``point`` ({site: (R, ...)}, the identifiable model's latent sites, all
+    real-valued); with ``softplus`` each replicate's :class:`inference.softplus_map.
+    SoftplusCoefficientMap` fitted at its own MAP and the Hessian taken through it. Eigenvalues
+    below ``1000 eps`` of a block's largest are floored (``inference.laplace``); a block that is
+    not finite gets the identity.
+
+    Returns:
+        ``(starts (R, d), inverse masses (R, d, d), knees (R, m) or None, a map or None)``:
+        coordinates flattened as one replicate's latent sites (``ravel_pytree``); the maps
+        differ only in their knees (the returned one has the last replicate's).
+    """
+    R = jax.tree.leaves(point)[0].shape[0]
+    stacked = StackedModel(model, R)
+    flat, unravel = ravel_pytree(point)
+    dtype = flat.dtype
+    H = np.asarray(potential_hessian(stacked, data, point, batch_size=32), np.float64)
+    g = jax.grad(lambda x: potential_energy(stacked.model, (data,), {}, unravel(x)))(flat)
+    g = np.asarray(g, np.float64)
+    idx = _replicate_blocks(point, R)
+    starts, metrics, knees, cmap = [], [], [], None
+    for r in range(R):
+        own = {k: np.asarray(v[r]) for k, v in point.items()}
+        z = np.asarray(ravel_pytree(own)[0], np.float64)
+        H_r, g_r = H[np.ix_(idx[r], idx[r])], g[idx[r]]
+        if softplus:
+            cmap = fit_softplus_map(model, own, H_r, g_r)
+            # a Hessian that is not finite: the knee at the MAP's coefficient (any knee is valid)
+            c = np.exp(cmap.loc + cmap.scale * z[cmap.index])
+            cmap = cmap._replace(knee=np.where(np.isfinite(cmap.knee), cmap.knee, c))
+            z = cmap.inverse(z)
+            H_r = cmap.hessian(z, H_r, g_r)
+            knees.append(cmap.knee)
+        starts.append(z)
+        finite = np.all(np.isfinite(H_r))
+        metrics.append(floored_inverse(H_r, dtype, None)[0] if finite else np.eye(z.size))
+    cast = functools.partial(jnp.asarray, dtype=dtype)
+    knees = cast(np.stack(knees)) if softplus else None
+    return cast(np.stack(starts)), cast(np.stack(metrics)), knees, cmap
+
+
+def replicate_nuts(
+    model,
+    data,
+    point: dict,
+    starts,
+    metrics,
+    key,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    knees=None,
+    cmap=None,
+):
     """One NUTS chain per replicate, all in one vmapped, jitted computation.
 
     Each chain has its own step size (dual averaging over ``num_warmup`` steps), its own fixed
-    dense metric (the replicate's block of the stacked Laplace metric ``metric``) and its own
-    divergence count: a replicate whose posterior is hard no longer sets the step of the others,
-    and its divergences are its own. NumPyro's functional NUTS (``numpyro.infer.hmc.hmc``).
+    dense metric (``metrics`` (R, d, d), :func:`replicate_metrics`) and its own divergence
+    count: a replicate whose posterior is hard does not set the step of the others, and its
+    divergences are its own. The chains move in flat coordinates from ``starts`` (R, d): the
+    latent sites (``point``'s structure, one replicate's) or, with ``cmap`` and ``knees``
+    (R, m), the softplus map's (the density carries its log-Jacobian; the draws are mapped
+    back). NumPyro's functional NUTS (``numpyro.infer.hmc.hmc``).
 
     Returns:
         ``(draws {site: (D, R, ...)}, num_steps (D, R), diverging (D, R))``.
     """
-    R = jax.tree.leaves(point)[0].shape[0]
+    R = starts.shape[0]
     dtype = jnp.result_type(data.q)
+    unravel = ravel_pytree({k: v[0] for k, v in point.items()})[1]
+    if knees is None:
+        knees = jnp.zeros((R, 0), dtype)
 
     def single(data_r):
         sample = model.sample_latent(dtype)
         numpyro.factor("obs_qdd", _replicate_loglik(model, sample, data_r))
 
-    def potential_fn_gen(data_r):
-        return lambda params: potential_energy(single, (data_r,), {}, params)
+    def to_latent(s, knee):
+        if cmap is None:
+            return s, jnp.zeros((), s.dtype)
+        return cmap._replace(knee=knee).forward(s)
+
+    def potential_fn_gen(data_r, knee):
+        def potential(s):
+            z, log_jac = to_latent(s, knee)
+            return potential_energy(single, (data_r,), {}, unravel(z)) - log_jac
+
+        return potential
 
     init_kernel, sample_kernel = hmc(potential_fn_gen=potential_fn_gen, algo="NUTS")
-    idx = _replicate_blocks(point, R)
-    metrics = jnp.asarray(metric)[idx[:, :, None], idx[:, None, :]]  # (R, d, d)
 
-    def chain(key, init, data_r, inverse_mass):
+    def chain(key, init, data_r, inverse_mass, knee):
         state = init_kernel(
             init,
             num_warmup,
             inverse_mass_matrix=inverse_mass,
             adapt_mass_matrix=False,
             dense_mass=True,
-            model_args=(data_r,),
+            model_args=(data_r, knee),
             rng_key=key,
         )
 
         def step(state, _):
-            state = sample_kernel(state, model_args=(data_r,))
+            state = sample_kernel(state, model_args=(data_r, knee))
             return state, (state.z, state.num_steps, state.diverging)
 
         state, _ = jax.lax.scan(step, state, None, length=num_warmup)
-        _, out = jax.lax.scan(step, state, None, length=num_samples)
-        return out
+        _, (s, steps, diverging) = jax.lax.scan(step, state, None, length=num_samples)
+        z = jax.vmap(lambda v: to_latent(v, knee)[0])(s)
+        return jax.vmap(unravel)(z), steps, diverging
 
     run = jax.jit(jax.vmap(chain))
-    draws, steps, diverging = run(jax.random.split(key, R), point, data, metrics)
+    draws, steps, diverging = run(jax.random.split(key, R), starts, data, metrics, knees)
     # (R, D, ...) -> (D, R, ...) as the stacked chain's draws
     swap = functools.partial(jnp.swapaxes, axis1=0, axis2=1)
     return jax.tree.map(swap, draws), swap(steps), swap(diverging)
@@ -221,9 +304,12 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
 
     Truths from the prior, data simulated per replicate, then a Newton MAP of every replicate
     (:func:`inference.polish.polish_map_batched`: vmapped, each with its own damping) and one
-    NUTS chain of the stacked model (:class:`StackedModel`) with the Laplace metric there.
+    NUTS chain per replicate with its Laplace metric there (:func:`replicate_metrics`,
+    :func:`replicate_nuts`).
     """
     s = CalibrationSettings(**settings)
+    if s.coordinates not in COORDINATES:
+        raise ValueError(f"coordinates {s.coordinates!r} is not one of {list(COORDINATES)}")
     if s.num_samples % s.ranks:
         raise ValueError(f"num_samples {s.num_samples} is not a multiple of ranks {s.ranks}")
     R = s.batch_size
@@ -246,13 +332,24 @@ def sbc_batch(system: str, variant: str, batch: int, settings: dict) -> list[dic
     qdd = jax.vmap(simulate)(truth, q, qd, tau, jax.random.split(k_noise, R))
     prepared = [model.prepare(ModelData(q[r], qd[r], qdd[r], tau[r])) for r in range(R)]
     data = jax.tree.map(lambda *xs: jnp.stack(xs), *prepared)
-    stacked = StackedModel(model, R)
     init = jax.tree.map(lambda x: jnp.broadcast_to(x, (R, *x.shape)), model.init_sample())
     point, reports = polish_map_batched(model, data, init)
     map_ok = [r.converged for r in reports]
-    metric = laplace_inverse_mass(stacked, data, point, batch_size=32)
+    softplus = s.coordinates == "softplus" or (
+        s.coordinates == "auto" and model.nuts_metric == "softplus-adapt"
+    )
+    starts, metrics, knees, cmap = replicate_metrics(model, data, point, softplus=softplus)
     draws, steps, diverging = replicate_nuts(
-        model, data, point, metric, k_fit, num_warmup=s.num_warmup, num_samples=s.num_samples
+        model,
+        data,
+        point,
+        starts,
+        metrics,
+        k_fit,
+        num_warmup=s.num_warmup,
+        num_samples=s.num_samples,
+        knees=knees,
+        cmap=cmap,
     )
     steps, diverging = np.asarray(steps), np.asarray(diverging)
     phys = jax.vmap(jax.vmap(model.physical), in_axes=1, out_axes=1)(draws)  # (D, R, ...)
@@ -608,7 +705,11 @@ def batch_table(records: list[dict]) -> str:
         failed = sum(not rep.get("map_converged", True) for m in ms for rep in m["replicates"])
         seconds = [r["seconds"] for r in cell]
         consistent = np.mean([rep.get("consistent_draws", 1.0) for rep in reps])
-        few = sum(_too_few_consistent(rep, r["settings"]) for r in cell for rep in r["metrics"]["replicates"])
+        few = sum(
+            _too_few_consistent(rep, r["settings"])
+            for r in cell
+            for rep in r["metrics"]["replicates"]
+        )
         consistent_text = f"{consistent:.3f} ({few})"
         lines.append(
             f"| {system} | {variant} | {len(ms)} | {sum(div)} ({sum(d > 0 for d in div)}) | "

@@ -20,6 +20,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n-samples", type=int, default=200, help="simulated states each")
     parser.add_argument("--batch-size", type=int, default=20, help="replicates per NUTS run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--coordinates",
+        choices=("auto", "unconstrained", "softplus"),
+        default="auto",
+        help="where the chains move (auto: softplus scale coefficients for Stribeck, as fit_nuts)",
+    )
     parser.add_argument("--scheduler", default=None, help="address of a running dask scheduler")
     parser.add_argument("--workers", type=int, default=None, help="local worker processes")
 
@@ -38,7 +44,10 @@ def run(args) -> int:
     from data.io import write_atomic
 
     settings = CalibrationSettings(
-        n_samples=args.n_samples, batch_size=args.batch_size, seed=args.seed
+        n_samples=args.n_samples,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        coordinates=args.coordinates,
     )
     records = run_calibration(
         args.out,

@@ -147,10 +147,10 @@ def fit_curved_map(
     """
     from inference.laplace import (
         SLICE_POINTS,
-        _floored_inverse,
         _potential_energies,
         _slice_shapes,
         fit_slice_coefficients,
+        floored_inverse,
         potential_hessian,
         reshaped_axes,
     )
@@ -168,7 +168,7 @@ def fit_curved_map(
     if not np.all(np.isfinite(H)):
         nan = np.full((d, d), np.nan)
         return CurvedLaplaceMap(centre, nan, empty, np.zeros((d, 0, 0)), a, b, empty), {}
-    cov = _floored_inverse(H, dtype, None)[0]
+    cov = floored_inverse(H, dtype, None)[0]
     axes, shapes, fitted = _slice_shapes(bayes_model, data, centre, cov, unravel, dtype)
     quartic = np.flatnonzero(reshaped_axes(fitted) & (fitted[:, 1] > 0))
     tau = np.minimum(np.sqrt(shapes.variances()), 1.0)

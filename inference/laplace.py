@@ -65,7 +65,7 @@ def laplace_inverse_mass(
     H = np.asarray(H, dtype=np.float64)
     if not np.all(np.isfinite(H)):
         return jnp.full(H.shape, jnp.nan, dtype=flat.dtype)
-    cov = _floored_inverse(H, flat.dtype, rtol)[0]
+    cov = floored_inverse(H, flat.dtype, rtol)[0]
     if slices:
         axes, shapes, _ = _slice_shapes(
             bayes_model, data, np.asarray(flat, np.float64), cov, unravel, flat.dtype
@@ -101,7 +101,7 @@ roundoff: the eigensolver does not resolve them, nor does a Hessian summed over 
 observations (float64: 2.2e-13 of the largest)."""
 
 
-def _floored_inverse(H: np.ndarray, dtype, rtol: float | None) -> tuple[np.ndarray, np.ndarray]:
+def floored_inverse(H: np.ndarray, dtype, rtol: float | None) -> tuple[np.ndarray, np.ndarray]:
     """``(inverse, eigenvalues)`` of a finite symmetric Hessian (d, d): the inverse with the
     eigenvalues below ``rtol`` times the largest raised to it (default ``1000 eps`` of ``dtype``,
     :func:`laplace_inverse_mass`), and the eigenvalues before the floor."""
@@ -261,7 +261,7 @@ def fit_laplace(
     if not np.all(np.isfinite(H)):
         raise ValueError("the Hessian of the log joint at init is not finite: no Laplace fit")
     # the Hessian once: its eigenvalues are reported, its floored inverse is the covariance
-    cov, eig = _floored_inverse(H, flat.dtype, None)
+    cov, eig = floored_inverse(H, flat.dtype, None)
     cov = np.asarray(jnp.asarray(cov, dtype=flat.dtype), np.float64)
     total = num_samples * num_chains
     laplace = {"hessian_eig_min": float(eig.min()), "hessian_eig_max": float(eig.max())}

@@ -30,7 +30,7 @@ from inference._common import (
 from inference._state import state_from_dataset, state_to_dataset
 from inference._validate import check_positive_int, fit_inputs
 from inference.curved import fit_curved_map
-from inference.laplace import _floored_inverse, laplace_inverse_mass, potential_hessian
+from inference.laplace import floored_inverse, laplace_inverse_mass, potential_hessian
 from inference.result import FitResult, build_idata, trace_sites
 from inference.softplus_map import fit_softplus_map
 
@@ -181,7 +181,7 @@ def _softplus_metric(bayes_model, data, point: dict):
     cmap = fit_softplus_map(bayes_model, unconstrained, H, g)
     Hs = cmap.hessian(cmap.inverse(np.asarray(flat, np.float64)), H, g)
     record = {"mapped": int(cmap.index.size), "knee": cmap.knee.tolist()}
-    return cmap, jnp.asarray(_floored_inverse(Hs, flat.dtype, None)[0], flat.dtype), record
+    return cmap, jnp.asarray(floored_inverse(Hs, flat.dtype, None)[0], flat.dtype), record
 
 
 def _whitened_warmup(

@@ -140,3 +140,60 @@ def test_cells_draw_independent_streams_and_chance_coverage_matches_binomial_dra
     (cell,) = cell_summary(list(rows.values()))
     assert cell["outside"] == ["b"] and cell["quantities"] == 2
     assert cell["expected_outside"] == pytest.approx(2 * coverage_outside(4000))
+
+
+def test_replicate_metrics_are_each_replicates_laplace_metric_in_softplus_coordinates():
+    """Each replicate's start maps back to its MAP and its metric is the inverse Hessian of its
+    own posterior in the map's coordinates (against autodiff of the composed density)."""
+    import jax.numpy as jnp
+    import numpyro
+    from jax.flatten_util import ravel_pytree
+    from numpyro.infer.util import potential_energy
+
+    import bayes_nea as bn
+    from analysis.calibration import _replicate_loglik, replicate_metrics
+    from inference.polish import polish_map_batched
+    from models import ModelData, build_model
+    from models.identifiable import identifiable_model
+
+    robot = bn.get_system("cartpole")
+    model = identifiable_model(build_model("diffnea/stribeck/informative", robot), moment_draws=500)
+    R, N = 3, 40
+    q, qd, _ = bn.sample_states(robot, jax.random.key(0), R * N)
+    tau = jax.random.normal(jax.random.key(1), q.shape, q.dtype)
+    truth = model.init_sample()
+    qdd = jax.vmap(model.qdd_fn(truth))(q, qd, tau) + 0.1 * jax.random.normal(
+        jax.random.key(2), q.shape, q.dtype
+    )
+    parts = [
+        model.prepare(ModelData(*(x[r * N : (r + 1) * N] for x in (q, qd, qdd, tau))))
+        for r in range(R)
+    ]
+    data = jax.tree.map(lambda *xs: jnp.stack(xs), *parts)
+    init = jax.tree.map(lambda x: jnp.broadcast_to(x, (R, *x.shape)), truth)
+    point, reports = polish_map_batched(model, data, init)  # each replicate's own MAP
+    assert all(r.converged for r in reports)
+    starts, metrics, knees, cmap = replicate_metrics(model, data, point, softplus=True)
+    assert knees.shape == (R, cmap.index.size) and cmap.index.size == 6  # 3 laws x 2 joints
+    assert not np.allclose(knees[0], knees[1])  # each replicate's own map
+
+    def single(d):
+        sample = model.sample_latent(q.dtype)
+        numpyro.factor("obs_qdd", _replicate_loglik(model, sample, d))
+
+    for r in range(R):
+        own = {k: v[r] for k, v in point.items()}
+        flat, unravel = ravel_pytree(own)
+        cm = cmap._replace(knee=np.asarray(knees[r]))
+        np.testing.assert_allclose(cm.forward(starts[r])[0], flat, rtol=1e-10, atol=1e-12)
+        data_r = jax.tree.map(lambda x, r=r: x[r], data)
+
+        def potential(s, cm=cm, data_r=data_r, unravel=unravel):
+            z, log_jac = cm.forward(s)
+            return potential_energy(single, (data_r,), {}, unravel(z)) - log_jac
+
+        H = np.asarray(jax.hessian(potential)(starts[r]))
+        assert np.linalg.eigvalsh(H).min() > 0  # at a MAP: no eigenvalue floored
+        np.testing.assert_allclose(
+            np.linalg.inv(np.asarray(metrics[r])), H, rtol=1e-6, atol=1e-8 * np.abs(H).max()
+        )
