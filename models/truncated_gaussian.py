@@ -14,10 +14,11 @@ Two steps, both jittable and vmappable, every random draw taking a key:
    ``w`` (Boyd & Vandenberghe 2004, 11.4 and 9.5). Any ``(nu, s)`` with
    ``s < lambda_min(A(nu))`` starts it; a point with ``s > 0`` is strictly feasible.
    :func:`lmi_centre` then moves it to the centre ``argmin |nu|^2 / 2 - sum_i log det A_i``.
+   The barrier's gradient and Hessian are closed forms of the affine map (:class:`AffineLMI`).
 2. :func:`hit_and_run`: a Markov chain that leaves the truncated normal invariant (Smith 1984;
    Belisle, Romeijn & Smith 1993): pick a direction ``d ~ N(0, I)``, find the chord
    ``{t: A(nu + t d) > 0} = (t_lo, t_hi)`` from the eigenvalues of ``L^-1 (A(d) - A(0)) L^-T``
-   (``A(nu) = L L^T``), and draw ``t`` exactly from the normal along the line restricted to the
+   (``A(nu) = L L^T``; cyclic Jacobi, :func:`symmetric_eigenvalues`), and draw ``t`` exactly from the normal along the line restricted to the
    chord (:func:`truncated_standard_normal`). No proposal is rejected.
 """
 
