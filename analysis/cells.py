@@ -89,7 +89,7 @@ from analysis.rollouts import (
 from data import generate_dataset
 from data.simulate import DEFAULT_RATE_HZ, MEASUREMENT_NOISE
 from inference import fit_laplace, fit_nuts, fit_svi
-from inference.nuts import MAPPED_METRICS, model_target_accept
+from inference.nuts import NOT_EXTENDABLE, model_target_accept
 from models import build_model, data_scales, model_data, nominal_torque_residual
 from models.identifiable import identifiable_where_possible
 
@@ -243,12 +243,12 @@ def nuts_converged(diagnostics: dict, *, min_ess: float) -> tuple[bool, str | No
 GRID_NUTS_METRICS = {"softplus-adapt": "laplace-adapt"}
 """The NUTS metric a grid cell uses instead of a model's ``nuts_metric`` (``fit_nuts``'s
 ``"auto"``): the quick setting's runs are short (300 warm-up, 500 draws), and a run whose
-R-hat misses only by sampling noise is extended with more draws of the same chains, which a run
-in a map's coordinates (``inference.nuts.MAPPED_METRICS``) cannot be. Measured on the 36
-``diffnea/stribeck/*`` cells of the committed quick grid (docs/inference-geometry.md): with
-``softplus-adapt`` 23 converged against 27, fewer leapfrog steps per draw (median 16 against 22)
-and divergences in 1 cell against 3, but 12 cells short on R-hat at 1.011-1.02 that
-``laplace-adapt`` cells would have extended."""
+R-hat misses only by sampling noise is extended with more draws of the same chains. Measured on
+the 36 ``diffnea/stribeck/*`` cells of the committed quick grid (docs/inference-geometry.md),
+when ``softplus-adapt`` runs could not be extended yet: with ``softplus-adapt`` 23 converged
+against 27, fewer leapfrog steps per draw (median 16 against 22) and divergences in 1 cell
+against 3, but 12 cells short on R-hat at 1.011-1.02 that ``laplace-adapt`` cells would have
+extended. Such runs now store their map and extend; the grid was not re-run with them."""
 
 ENSEMBLE_ATTEMPTS = 2
 """Fits of a network cell's ensemble: where fewer than two members did not fail
@@ -396,7 +396,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
     fit = None
     target = model_target_accept(bm)
     for attempt in range(max(1, int(settings.get("nuts_attempts", 2)))):
-        extendable = fit is not None and fit.attrs["settings"]["metric"] not in MAPPED_METRICS
+        extendable = fit is not None and fit.attrs["settings"]["metric"] not in NOT_EXTENDABLE
         if extendable and not info["divergences"]:
             # no divergence, only R-hat / ESS short: more draws of the same chains (R-hat's
             # sampling noise over tens of sites exceeds 1.01 at a few hundred draws)

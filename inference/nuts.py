@@ -32,7 +32,7 @@ from inference._validate import check_positive_int, fit_inputs
 from inference.curved import fit_curved_map
 from inference.laplace import floored_inverse, laplace_inverse_mass, potential_hessian
 from inference.result import FitResult, build_idata, trace_sites
-from inference.softplus_map import fit_softplus_map
+from inference.softplus_map import SoftplusCoefficientMap, fit_softplus_map
 
 EXTRA_FIELDS = ("num_steps", "energy", "accept_prob", "adapt_state.step_size", "potential_energy")
 METRICS = (
@@ -45,8 +45,11 @@ METRICS = (
     "laplace-curved",
 )
 MAPPED_METRICS = ("laplace-curved", "softplus-adapt")
-"""Metrics whose runs sample in coordinates of their own map: such a run cannot be
-``extend``-ed (run ``fit_nuts`` again with more draws)."""
+"""Metrics whose runs sample in coordinates of their own map. ``softplus-adapt`` runs store
+their map and can be ``extend``-ed; ``laplace-curved`` runs cannot (run ``fit_nuts`` again with
+more draws)."""
+NOT_EXTENDABLE = ("laplace-curved",)
+"""Metrics whose runs ``extend`` refuses."""
 CURVED_ADAPT_MIN_WARMUP = 200
 """``metric="laplace-curved"`` adapts a diagonal metric only with at least this many warm-up
 steps; shorter warm-ups keep the map's unit metric (a cart-pole run of 120 warm-up steps reached
@@ -180,7 +183,7 @@ def _softplus_metric(bayes_model, data, point: dict):
         return None, jnp.full(H.shape, jnp.nan, flat.dtype), {}
     cmap = fit_softplus_map(bayes_model, unconstrained, H, g)
     Hs = cmap.hessian(cmap.inverse(np.asarray(flat, np.float64)), H, g)
-    record = {"mapped": int(cmap.index.size), "knee": cmap.knee.tolist()}
+    record = cmap.to_record()
     return cmap, jnp.asarray(floored_inverse(Hs, flat.dtype, None)[0], flat.dtype), record
 
 
@@ -275,6 +278,7 @@ def _run_mapped(
     progress: bool,
     inverse_mass=None,
     starts=None,
+    previous=None,
 ):
     """NUTS in the coordinates ``s`` of ``transform`` (``forward(s) -> (z, log |dz/ds|)``,
     ``inverse(z) -> s``: :class:`inference.curved.CurvedLaplaceMap`,
@@ -282,13 +286,16 @@ def _run_mapped(
     fixed metric (only the step size adapts); without, a diagonal adapted from the unit one
     where the warm-up has :data:`CURVED_ADAPT_MIN_WARMUP` steps (Stan's windows; the curved map
     whitens). Chains start at ``starts`` (C, d) in ``s``, else at the preimage of
-    ``init_params``. Returns ``(samples {latent site: (chains, draws, ...)} constrained, sample
-    stats, last state)``; the stats' ``lp`` is the log density in ``s`` (the map's
-    log-Jacobian included)."""
+    ``init_params``. With ``previous`` (a result of such a run) its chains continue from their
+    stored last state (step size and metric included, no warm-up). Returns ``(samples
+    {latent site: (chains, draws, ...)} constrained, sample stats, last state)``; the stats'
+    ``lp`` is the log density in ``s`` (the map's log-Jacobian included)."""
     flat, unravel = _flat_chains(init_params, num_chains)
     if starts is None:
         starts = jnp.asarray(transform.inverse(np.asarray(flat)), flat.dtype)
     potential = _potential(bayes_model, data, unravel, transform)
+    if previous is not None:  # the stored state holds the metric; this one shapes the template
+        inverse_mass = jnp.eye(starts.shape[-1], dtype=starts.dtype)
     if inverse_mass is None:
         # the map whitens: a diagonal adapted only where the warm-up has room for Stan's windows
         metric = {"adapt_mass_matrix": num_warmup >= CURVED_ADAPT_MIN_WARMUP}
@@ -306,12 +313,17 @@ def _run_mapped(
     )
     mcmc = MCMC(
         kernel,
-        num_warmup=num_warmup,
+        num_warmup=0 if previous is not None else num_warmup,
         num_samples=num_samples,
         num_chains=num_chains,
         chain_method=settings["chain_method"],
         progress_bar=progress,
     )
+    if previous is not None:
+        template = kernel.init(run_key, 0, starts[0], model_args=(), model_kwargs={})
+        state = state_from_dataset(previous.idata["nuts_state"].to_dataset(), template, kind="nuts")
+        mcmc.post_warmup_state = state
+        run_key = state.rng_key
     mcmc.run(
         run_key, extra_fields=EXTRA_FIELDS, init_params=starts if num_chains > 1 else starts[0]
     )
@@ -386,7 +398,7 @@ def fit_nuts(
             friction law's scale coefficients as ``c = k softplus(s)``, ``k`` their likelihood
             width: log-like where only the prior sees them, linear where the data do), the
             Laplace metric of the density there as the start; the Stribeck models' default.
-            Such a run cannot be ``extend``-ed.
+            The map is stored with the run, so ``extend`` continues its chains in it.
             ``"laplace-slices"``: the Laplace metric with the variance of each of its axes
             that the log joint shows to be far from Gaussian taken from the fitted slice
             (``laplace_inverse_mass(slices=True)``). ``"laplace-curved"``: NUTS in the
@@ -481,7 +493,16 @@ def fit_nuts(
             raise ValueError(
                 f"extend: result has {old['num_chains']} chains, asked for {num_chains}"
             )
-        if old.get("metric") in MAPPED_METRICS:
+        if old.get("metric") == "softplus-adapt":
+            try:
+                transform = SoftplusCoefficientMap.from_record(old.get("softplus_map", {}))
+            except ValueError as err:
+                raise ValueError(
+                    f"extend: this softplus-adapt run cannot be continued ({err}); run fit_nuts "
+                    "again with more draws"
+                ) from None
+            settings["softplus_map"] = transform.to_record()
+        elif old.get("metric") in NOT_EXTENDABLE:
             raise ValueError(
                 f"extend: a NUTS run with metric={old['metric']!r} samples in the coordinates "
                 "of its own map and cannot be continued; run fit_nuts again with more draws"
@@ -491,6 +512,11 @@ def fit_nuts(
         settings["metric"] = old.get("metric", "adapt")
         settings["num_warmup"] = old["num_warmup"]
         previous = extend
+        if transform is not None:  # the chains' last draws: the coordinates' structure
+            last = extend.posterior_samples(group_by_chain=True)
+            init_params = _initial_params(
+                bayes_model, data, {k: last[k][0, -1] for k in latent}, latent, num_chains
+            )
     elif init is not None:
         init_params = _initial_params(bayes_model, data, init, latent, num_chains)
     elif hasattr(bayes_model, "start_sample"):
@@ -528,7 +554,10 @@ def fit_nuts(
         else:
             starts = ends
     if transform is not None:
-        settings["curved_map" if metric_name == "laplace-curved" else "softplus_map"] = map_record
+        if previous is None:
+            settings["curved_map" if metric_name == "laplace-curved" else "softplus_map"] = (
+                map_record
+            )
         samples, stats, last_state = _run_mapped(
             bayes_model,
             data,
@@ -540,10 +569,13 @@ def fit_nuts(
             num_chains=num_chains,
             settings=settings,
             progress=progress,
-            inverse_mass=None if metric_name == "laplace-curved" else fixed_metric,
+            inverse_mass=None if settings["metric"] == "laplace-curved" else fixed_metric,
             starts=starts,
+            previous=previous,
         )
         wall_s = time.perf_counter() - t0
+        if previous is not None:
+            samples, stats, wall_s = _after(previous, samples, stats, settings, wall_s)
         return _nuts_result(
             bayes_model, observations, samples, stats, last_state, settings, wall_s,
             seed=seed, summary=summary, key=k_pred, num_predictive=num_predictive,
@@ -586,19 +618,24 @@ def fit_nuts(
     if num_chains == 1:
         last_state = jax.tree.map(lambda x: x[None], last_state)
     if previous is not None:
-        old_samples = previous.posterior_samples(group_by_chain=True)
-        samples = {k: np.concatenate([np.asarray(old_samples[k]), samples[k]], 1) for k in latent}
-        old_stats = previous.idata["sample_stats"]
-        stats = {
-            k: np.concatenate([np.asarray(old_stats[k].values), v], 1) for k, v in stats.items()
-        }
-        settings["num_samples"] = int(next(iter(samples.values())).shape[1])
-        wall_s += float(previous.attrs["timing"]["wall_s"])
+        samples, stats, wall_s = _after(previous, samples, stats, settings, wall_s)
     return _nuts_result(
         bayes_model, observations, samples, stats, last_state, settings, wall_s,
         seed=seed, summary=summary, key=k_pred, num_predictive=num_predictive,
         log_likelihood=log_likelihood, complete=complete,
     )
+
+
+def _after(previous: FitResult, samples: dict, stats: dict, settings: dict, wall_s: float):
+    """``(samples, stats, wall_s)`` of an ``extend``-ed run: ``previous``'s draws and sample
+    stats followed by the new ones (chains, draws, ...), its wall time added; sets
+    ``settings["num_samples"]`` to the total."""
+    old_samples = previous.posterior_samples(group_by_chain=True)
+    samples = {k: np.concatenate([np.asarray(old_samples[k]), v], 1) for k, v in samples.items()}
+    old_stats = previous.idata["sample_stats"]
+    stats = {k: np.concatenate([np.asarray(old_stats[k].values), v], 1) for k, v in stats.items()}
+    settings["num_samples"] = int(next(iter(samples.values())).shape[1])
+    return samples, stats, wall_s + float(previous.attrs["timing"]["wall_s"])
 
 
 def _nuts_result(

@@ -69,6 +69,31 @@ class SoftplusCoefficientMap(NamedTuple):
         s[..., self.index] = y + np.log(-np.expm1(-y))  # softplus^-1, stable at both ends
         return s
 
+    def to_record(self) -> dict:
+        """JSON-serialisable fields (stored with a NUTS run, so that ``extend`` continues it)."""
+        return {
+            "mapped": int(self.index.size),
+            "index": np.asarray(self.index).tolist(),
+            "loc": np.asarray(self.loc).tolist(),
+            "scale": np.asarray(self.scale).tolist(),
+            "knee": np.asarray(self.knee).tolist(),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict) -> SoftplusCoefficientMap:
+        """The map of :meth:`to_record`'s output.
+
+        Raises:
+            ValueError: the record lacks a field (runs saved before the map was stored whole).
+        """
+        missing = [k for k in ("index", "loc", "scale", "knee") if k not in record]
+        if missing:
+            raise ValueError(f"the stored softplus map lacks {missing}")
+        return cls(
+            np.asarray(record["index"], int),
+            *(np.asarray(record[k], np.float64) for k in ("loc", "scale", "knee")),
+        )
+
     def hessian(self, s: np.ndarray, H: np.ndarray, g: np.ndarray) -> np.ndarray:
         """Hessian (d, d) in ``s`` of ``U(z(s)) - log |dz/ds|`` from ``U``'s Hessian ``H`` and
         gradient ``g`` at ``z(s)`` (chain rule; the map is elementwise, so only the diagonal

@@ -570,7 +570,9 @@ def test_nuts_in_the_curved_map_samples_a_banana(banana, problem):
     assert settings["metric"] == "laplace-curved" and len(settings["curved_map"]["quartic"]) == 1
     v = np.asarray(fit.posterior_samples(group_by_chain=True)["banana"])  # (chains, draws, 2)
     moments = {"y2": v[..., 0] ** 2, "x": v[..., 1], "x2": v[..., 1] ** 2}
-    _assert_a_mapped_run(fit, model, data, problem, moments, _banana_moments())
+    _assert_a_mapped_run(fit, problem, moments, _banana_moments())
+    with pytest.raises(ValueError, match="laplace-curved"):
+        fit_nuts(model, data, key=2, extend=fit, num_samples=10, progress=False)
 
 
 def _fit_in_a_map(model, data, init, metric: str, *, num_warmup: int):
@@ -590,11 +592,10 @@ def _fit_in_a_map(model, data, init, metric: str, *, num_warmup: int):
     )
 
 
-def _assert_a_mapped_run(fit, model, data, problem, moments: dict, ref: dict):
+def _assert_a_mapped_run(fit, problem, moments: dict, ref: dict):
     """A run in a map's coordinates on the linear-Gaussian problem with one extra site: no
     divergences, R-hat < 1.02, each ``moments[name]`` (chains, draws) with its mean within 4
-    Monte Carlo standard errors of ``ref[name]``, the base parameters' spread the closed form's,
-    and ``extend`` refused (naming the metric)."""
+    Monte Carlo standard errors of ``ref[name]``, the base parameters' spread the closed form's."""
     from numpyro.diagnostics import effective_sample_size
 
     d = fit.diagnostics()
@@ -605,8 +606,6 @@ def _assert_a_mapped_run(fit, model, data, problem, moments: dict, ref: dict):
     b = problem[0].n_base
     beta = np.asarray(fit.posterior_samples()["beta"])
     np.testing.assert_allclose(np.std(beta, axis=0), np.sqrt(np.diag(problem[3]))[:b], rtol=0.12)
-    with pytest.raises(ValueError, match=fit.attrs["settings"]["metric"]):
-        fit_nuts(model, data, key=2, extend=fit, num_samples=10, progress=False)
 
 
 def test_laplace_curved_proposal_follows_a_banana(banana):
@@ -728,14 +727,34 @@ def test_softplus_map_knee_inverse_jacobian_and_hessian(wall):
         np.testing.assert_allclose(got, expected, rtol=1e-7, atol=1e-7 * np.abs(expected).max())
 
 
-def test_nuts_in_softplus_coordinates_samples_a_wall(wall, problem):
+def test_nuts_in_softplus_coordinates_samples_a_wall(wall, problem, tmp_path):
     """``fit_nuts(metric="softplus-adapt")`` on the wall: no divergences, the draws' moments of
     ``x`` match quadrature of the exact density within Monte Carlo error, and the other sites
-    keep the closed-form posterior's spread. ``extend`` refuses such a run."""
+    keep the closed-form posterior's spread. ``extend`` (after a save and load) continues the
+    chains in the stored map: the old draws kept, the new ones from the same posterior."""
     model, data, init = wall
     fit = _fit_in_a_map(model, data, init, "softplus-adapt", num_warmup=500)
     settings = fit.attrs["settings"]
     assert settings["metric"] == "softplus-adapt" and settings["dense_mass"]
     assert settings["softplus_map"]["mapped"] == 1
     x = np.asarray(fit.posterior_samples(group_by_chain=True)["friction"])  # (chains, draws)
-    _assert_a_mapped_run(fit, model, data, problem, {"x": x, "x2": x**2}, _wall_moments())
+    _assert_a_mapped_run(fit, problem, {"x": x, "x2": x**2}, _wall_moments())
+
+    save_result(fit, tmp_path / "wall.nc")
+    more = fit_nuts(
+        model,
+        data,
+        key=2,
+        extend=load_result(tmp_path / "wall.nc"),
+        num_samples=1000,
+        num_chains=2,
+        progress=False,
+        num_predictive=0,
+        log_likelihood=False,
+    )
+    assert more.attrs["settings"]["softplus_map"] == settings["softplus_map"]
+    assert more.attrs["settings"]["num_samples"] == 2000
+    x_all = np.asarray(more.posterior_samples(group_by_chain=True)["friction"])
+    np.testing.assert_array_equal(x_all[:, :1000], x)
+    new = x_all[:, 1000:]
+    _assert_a_mapped_run(more, problem, {"x": new, "x2": new**2}, _wall_moments())
