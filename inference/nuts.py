@@ -575,7 +575,7 @@ def fit_nuts(
         )
         wall_s = time.perf_counter() - t0
         if previous is not None:
-            samples, stats, wall_s = _after(previous, samples, stats, settings, wall_s)
+            samples, stats, wall_s = _with_previous(previous, samples, stats, settings, wall_s)
         return _nuts_result(
             bayes_model, observations, samples, stats, last_state, settings, wall_s,
             seed=seed, summary=summary, key=k_pred, num_predictive=num_predictive,
@@ -618,7 +618,7 @@ def fit_nuts(
     if num_chains == 1:
         last_state = jax.tree.map(lambda x: x[None], last_state)
     if previous is not None:
-        samples, stats, wall_s = _after(previous, samples, stats, settings, wall_s)
+        samples, stats, wall_s = _with_previous(previous, samples, stats, settings, wall_s)
     return _nuts_result(
         bayes_model, observations, samples, stats, last_state, settings, wall_s,
         seed=seed, summary=summary, key=k_pred, num_predictive=num_predictive,
@@ -626,7 +626,7 @@ def fit_nuts(
     )
 
 
-def _after(previous: FitResult, samples: dict, stats: dict, settings: dict, wall_s: float):
+def _with_previous(previous: FitResult, samples: dict, stats: dict, settings: dict, wall_s: float):
     """``(samples, stats, wall_s)`` of an ``extend``-ed run: ``previous``'s draws and sample
     stats followed by the new ones (chains, draws, ...), its wall time added; sets
     ``settings["num_samples"]`` to the total."""
