@@ -10,8 +10,7 @@ The posterior of a cell (:func:`fit_posterior`) is the library's own path for it
 
 - white-box variants without networks (``diffnea`` / ``nokin-diffnea`` with the ideal, viscous or
   Stribeck actuator): the identifiable (base-parameter) geometry, a Newton-polished MAP, then NUTS
-  from it (``fit_nuts``'s default metric for the model, ``laplace-adapt`` where that is the
-  non-extendable ``softplus-adapt``: :data:`GRID_NUTS_METRICS`); when it did not converge, its
+  from it (``fit_nuts``'s default metric for the model); when it did not converge, its
   chains are extended by as many draws again if only R-hat or ESS fell short, or re-run with
   twice the warm-up, a higher step-size target (:func:`next_target_accept`) and a new key after
   divergences, up to ``nuts_attempts`` runs;
@@ -240,16 +239,6 @@ def nuts_converged(diagnostics: dict, *, min_ess: float) -> tuple[bool, str | No
     return not reasons, "; ".join(reasons) or None
 
 
-GRID_NUTS_METRICS = {"softplus-adapt": "laplace-adapt"}
-"""The NUTS metric a grid cell uses instead of a model's ``nuts_metric`` (``fit_nuts``'s
-``"auto"``): the quick setting's runs are short (300 warm-up, 500 draws), and a run whose
-R-hat misses only by sampling noise is extended with more draws of the same chains. Measured on
-the 36 ``diffnea/stribeck/*`` cells of the committed quick grid (docs/inference-geometry.md),
-when ``softplus-adapt`` runs could not be extended yet: with ``softplus-adapt`` 23 converged
-against 27, fewer leapfrog steps per draw (median 16 against 22) and divergences in 1 cell
-against 3, but 12 cells short on R-hat at 1.011-1.02 that ``laplace-adapt`` cells would have
-extended. Such runs now store their map and extend; the grid was not re-run with them."""
-
 ENSEMBLE_ATTEMPTS = 2
 """Fits of a network cell's ensemble: where fewer than two members did not fail
 (``inference.svi.MEMBER_SCORE_GAP``), one more with twice the members from new prior draws
@@ -403,7 +392,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             fit = fit_nuts(bm, md, key=key + 1 + attempt, extend=fit, **nuts_args)
             info["extended"] += 1
         else:  # a first run, or divergences: a new start, longer warm-up, smaller steps
-            # (a run in a map's coordinates cannot be extended: it is re-run)
+            # (a laplace-curved run cannot be extended: it is re-run)
             if fit is not None and info["divergences"]:
                 target = next_target_accept(target)
             fit = fit_nuts(
@@ -411,7 +400,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
                 md,
                 init=svi,
                 key=key + 1 + attempt,
-                metric=GRID_NUTS_METRICS.get(getattr(bm, "nuts_metric", ""), "auto"),
+                metric="auto",
                 num_warmup=warmup * 2**attempt,
                 target_accept=target,
                 max_tree_depth=int(settings.get("max_tree_depth", 10)),

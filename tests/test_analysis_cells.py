@@ -203,16 +203,15 @@ def test_nuts_after_divergences_runs_again_with_smaller_steps(monkeypatch, model
     assert [c["metric"] for c in calls] == ["auto", "auto"]  # the model's own
 
 
-class _AdaptShortFit(_CurvedShortFit):
-    """A stand-in ``laplace-adapt`` run (extendable), R-hat short only."""
+class _SoftplusShortFit(_CurvedShortFit):
+    """A stand-in ``softplus-adapt`` run (extendable: it stores its map), R-hat short only."""
 
-    attrs = {"settings": {"metric": "laplace-adapt"}}
+    attrs = {"settings": {"metric": "softplus-adapt"}}
 
 
-def test_grid_nuts_cells_keep_an_extendable_metric(monkeypatch):
-    """Where a model's NUTS metric samples in a map's coordinates that cannot be extended
-    (``softplus-adapt``, the Stribeck models'), a grid cell runs ``laplace-adapt`` instead, and a
-    run short of R-hat only is extended rather than run again."""
+def test_grid_nuts_cells_extend_a_softplus_run_short_of_r_hat(monkeypatch):
+    """A grid cell runs the model's own metric (``softplus-adapt`` for the Stribeck models), and
+    a run short of R-hat only is extended rather than run again."""
     import types
 
     from analysis import cells
@@ -222,13 +221,15 @@ def test_grid_nuts_cells_keep_an_extendable_metric(monkeypatch):
     monkeypatch.setattr(
         cells, "fit_svi", lambda *a, **k: types.SimpleNamespace(attrs={"convergence": {}})
     )
-    monkeypatch.setattr(cells, "fit_nuts", lambda bm, md, **k: calls.append(k) or _AdaptShortFit())
+    monkeypatch.setattr(
+        cells, "fit_nuts", lambda bm, md, **k: calls.append(k) or _SoftplusShortFit()
+    )
     bm = types.SimpleNamespace(
         family=types.SimpleNamespace(learns_kinematics=False), nuts_metric="softplus-adapt"
     )
     settings = dict(SETTINGS, nuts_attempts=2, num_warmup=100)
     cells.fit_posterior(bm, "identifiable", None, None, settings, key=0)
-    assert calls[0]["metric"] == "laplace-adapt" and "extend" not in calls[0]
+    assert calls[0]["metric"] == "auto" and "extend" not in calls[0]
     assert "extend" in calls[1]
 
 
