@@ -18,8 +18,9 @@ Two steps, both jittable and vmappable, every random draw taking a key:
 2. :func:`hit_and_run`: a Markov chain that leaves the truncated normal invariant (Smith 1984;
    Belisle, Romeijn & Smith 1993): pick a direction ``d ~ N(0, I)``, find the chord
    ``{t: A(nu + t d) > 0} = (t_lo, t_hi)`` from the eigenvalues of ``L^-1 (A(d) - A(0)) L^-T``
-   (``A(nu) = L L^T``; cyclic Jacobi, :func:`symmetric_eigenvalues`), and draw ``t`` exactly from the normal along the line restricted to the
-   chord (:func:`truncated_standard_normal`). No proposal is rejected.
+   (``A(nu) = L L^T``; cyclic Jacobi, :func:`symmetric_eigenvalues`), and draw ``t`` exactly
+   from the normal along the line restricted to the chord (:func:`truncated_standard_normal`).
+   No proposal is rejected.
 """
 
 from __future__ import annotations

@@ -176,11 +176,9 @@ class _CurvedShortFit(_DivergingFit):
         return {"divergences": 0, "rhat_max": 1.05, "ess_bulk_min": 900.0}
 
 
-@pytest.mark.parametrize(("model_target", "targets"), [(0.95, [0.95, 0.9875]), (None, [0.8, 0.95])])
-def test_nuts_after_divergences_runs_again_with_smaller_steps(monkeypatch, model_target, targets):
-    """The first NUTS run takes the model's step-size target (``nuts_target_accept``, 0.8 where
-    it names none); after divergences the next run starts anew with twice the warm-up and a
-    target a quarter closer to 1, and the cell records the target of its last run."""
+def _grid_nuts_calls(monkeypatch, fit, **model_fields):
+    """``(fit_nuts calls, info)`` of a grid cell's NUTS posterior (2 attempts, 100 warm-up steps)
+    where every ``fit_nuts`` run returns the stand-in ``fit``; the model has ``model_fields``."""
     import types
 
     from analysis import cells
@@ -190,12 +188,22 @@ def test_nuts_after_divergences_runs_again_with_smaller_steps(monkeypatch, model
     monkeypatch.setattr(
         cells, "fit_svi", lambda *a, **k: types.SimpleNamespace(attrs={"convergence": {}})
     )
-    monkeypatch.setattr(cells, "fit_nuts", lambda bm, md, **k: calls.append(k) or _DivergingFit())
-    bm = types.SimpleNamespace(family=types.SimpleNamespace(learns_kinematics=False))
-    if model_target is not None:
-        bm.nuts_target_accept = model_target
+    monkeypatch.setattr(cells, "fit_nuts", lambda bm, md, **k: calls.append(k) or fit)
+    bm = types.SimpleNamespace(
+        family=types.SimpleNamespace(learns_kinematics=False), **model_fields
+    )
     settings = dict(SETTINGS, nuts_attempts=2, num_warmup=100)
     _, info = cells.fit_posterior(bm, "identifiable", None, None, settings, key=0)
+    return calls, info
+
+
+@pytest.mark.parametrize(("model_target", "targets"), [(0.95, [0.95, 0.9875]), (None, [0.8, 0.95])])
+def test_nuts_after_divergences_runs_again_with_smaller_steps(monkeypatch, model_target, targets):
+    """The first NUTS run takes the model's step-size target (``nuts_target_accept``, 0.8 where
+    it names none); after divergences the next run starts anew with twice the warm-up and a
+    target a quarter closer to 1, and the cell records the target of its last run."""
+    fields = {} if model_target is None else {"nuts_target_accept": model_target}
+    calls, info = _grid_nuts_calls(monkeypatch, _DivergingFit(), **fields)
     assert [c["target_accept"] for c in calls] == targets
     assert [c["num_warmup"] for c in calls] == [100, 200]
     assert info["attempts"] == 2 and info["target_accept"] == targets[-1]
@@ -212,23 +220,7 @@ class _SoftplusShortFit(_CurvedShortFit):
 def test_grid_nuts_cells_extend_a_softplus_run_short_of_r_hat(monkeypatch):
     """A grid cell runs the model's own metric (``softplus-adapt`` for the Stribeck models), and
     a run short of R-hat only is extended rather than run again."""
-    import types
-
-    from analysis import cells
-
-    calls = []
-    monkeypatch.setattr(cells, "model_data", lambda split: split)
-    monkeypatch.setattr(
-        cells, "fit_svi", lambda *a, **k: types.SimpleNamespace(attrs={"convergence": {}})
-    )
-    monkeypatch.setattr(
-        cells, "fit_nuts", lambda bm, md, **k: calls.append(k) or _SoftplusShortFit()
-    )
-    bm = types.SimpleNamespace(
-        family=types.SimpleNamespace(learns_kinematics=False), nuts_metric="softplus-adapt"
-    )
-    settings = dict(SETTINGS, nuts_attempts=2, num_warmup=100)
-    cells.fit_posterior(bm, "identifiable", None, None, settings, key=0)
+    calls, _ = _grid_nuts_calls(monkeypatch, _SoftplusShortFit(), nuts_metric="softplus-adapt")
     assert calls[0]["metric"] == "auto" and "extend" not in calls[0]
     assert "extend" in calls[1]
 
@@ -236,23 +228,7 @@ def test_grid_nuts_cells_extend_a_softplus_run_short_of_r_hat(monkeypatch):
 def test_a_curved_nuts_run_short_of_r_hat_runs_again_instead_of_extending(monkeypatch):
     """A run that cannot be extended (``metric="laplace-curved"``) and fell short on R-hat only
     runs again from the MAP with twice the warm-up at the same step-size target."""
-    import types
-
-    from analysis import cells
-
-    calls = []
-    monkeypatch.setattr(cells, "model_data", lambda split: split)
-    monkeypatch.setattr(
-        cells, "fit_svi", lambda *a, **k: types.SimpleNamespace(attrs={"convergence": {}})
-    )
-    monkeypatch.setattr(
-        cells, "fit_nuts", lambda bm, md, **k: calls.append(k) or _CurvedShortFit()
-    )
-    bm = types.SimpleNamespace(
-        family=types.SimpleNamespace(learns_kinematics=False), nuts_target_accept=0.95
-    )
-    settings = dict(SETTINGS, nuts_attempts=2, num_warmup=100)
-    _, info = cells.fit_posterior(bm, "identifiable", None, None, settings, key=0)
+    calls, info = _grid_nuts_calls(monkeypatch, _CurvedShortFit(), nuts_target_accept=0.95)
     assert all("extend" not in c for c in calls) and info["extended"] == 0
     assert [c["target_accept"] for c in calls] == [0.95, 0.95]
     assert [c["num_warmup"] for c in calls] == [100, 200]
