@@ -87,10 +87,12 @@ def run_once(args) -> dict:
 
 
 def _efforts(robot, key, shape, dtype, kind: str):
-    """Efforts (N, n) of the identifiable table. ``"unit"``: N(0, 1) N or N m on every joint,
-    unactuated ones included (the table's data until 2026-11-28); ``"limit"``: N(0, limit^2) on
-    each joint with an effort limit and 0 on the others (an unactuated joint gets no effort, as
-    on the hardware)."""
+    """Efforts (N, n) of the identifiable table. ``"limit"`` (the default since 2026-11-30):
+    N(0, limit^2) on each joint with an effort limit and 0 on the others, as the library's own
+    uniform dataset (``data.simulate``) and any robot's log: an unactuated joint gets no effort.
+    ``"unit"``: N(0, 1) N or N m on every joint, unactuated ones included (the table's data
+    until 2026-11-30; on the Furuta 40 x the arm motor's limit and 1 N m on the pendulum, which
+    has no motor)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -183,7 +185,8 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
         beta = np.asarray(post["base_parameters"].values).reshape(-1, beta_true.size)
         z = np.abs(beta.mean(0) - beta_true) / beta.std(0)
         table = identified_summary(fit, model, states=held_out)
-        accel = table[table.index.str.startswith("qdd_pred")]
+        is_accel = table.index.str.startswith("qdd_pred")
+        accel, params = table[is_accel], table[~is_accel]
         settings = fit.attrs["settings"]
         dense = "-dense" if settings["metric"] == "adapt" and settings["dense_mass"] else ""
         rows.append(
@@ -201,6 +204,8 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
                 "rhat_max": d["rhat_max"],
                 "ess_bulk_min": d["ess_bulk_min"],
                 "divergences": d["divergences"],
+                "rhat_params_max": float(params["r_hat"].max()),
+                "ess_params_min": float(params["ess_bulk"].min()),
                 "rhat_identified_max": float(table["r_hat"].max()),
                 "ess_identified_min": float(table["ess_bulk"].min()),
                 "rhat_qdd_max": float(accel["r_hat"].max()),
@@ -232,9 +237,10 @@ def print_identifiable(rows, args) -> None:
         f"({args.warmup} warm-up + {args.draws} draws, tree depth <= {args.max_tree_depth}: "
         "max_depth_hit = fraction of transitions that reached it), metric/target acceptance as "
         "listed; "
-        "rhat_max/ess_bulk_min over the latent sites, *_identified over base parameters, "
-        "coefficients, noise scales and predicted accelerations at 20 held-out states "
-        "(rhat_qdd_max: those alone); total = MAP + NUTS incl. compile"
+        "rhat_max/ess_bulk_min over the latent sites, *_params over base parameters, "
+        "coefficients and noise scales (in their units), *_identified over those and predicted "
+        "accelerations at 20 held-out states (rhat_qdd_max: those alone); total = MAP + NUTS "
+        "incl. compile"
     )
     columns = [
         ("system", "{}"),
@@ -249,6 +255,8 @@ def print_identifiable(rows, args) -> None:
         ("rhat_max", "{:.4f}"),
         ("ess_bulk_min", "{:.0f}"),
         ("divergences", "{}"),
+        ("rhat_params_max", "{:.4f}"),
+        ("ess_params_min", "{:.0f}"),
         ("rhat_identified_max", "{:.4f}"),
         ("ess_identified_min", "{:.0f}"),
         ("rhat_qdd_max", "{:.4f}"),
@@ -301,9 +309,10 @@ def main(argv=None) -> int:
     )
     p.add_argument(
         "--efforts",
-        choices=("unit", "limit"),
-        default="unit",
-        help="identifiable: N(0, 1) on every joint, or N(0, limit^2) on the driven joints only",
+        choices=("limit", "unit"),
+        default="limit",
+        help="identifiable: N(0, limit^2) on the driven joints only (default, as the library's "
+        "uniform dataset), or N(0, 1) on every joint (unactuated ones included)",
     )
     p.add_argument(
         "--nuts-keys",
