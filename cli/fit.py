@@ -122,9 +122,10 @@ def completion_warning(posterior) -> str | None:
         return None
     return (
         f"warning: for {missed:.0%} of the draws no physically consistent body has their base "
-        "parameters (theta and virtual are NaN there; completion_margin < 0 says by how much): "
-        "the friction or noise model may not fit the data (try a richer --variant, e.g. "
-        "diffnea/stribeck/...)"
+        "parameters; the posterior leaves them out (its prior admits consistent bodies only; "
+        "theta and virtual are NaN there, completion_margin < 0 says by how much they miss). "
+        "Many such draws mean the friction or noise model may not fit the data (try a richer "
+        "--variant, e.g. diffnea/stribeck/...)"
     )
 
 

@@ -38,7 +38,7 @@ def point_values(result, latent_sites) -> dict:
     Raises:
         ValueError: the result lacks some of the model's latent sites.
     """
-    samples = result.posterior_samples()
+    samples = result.posterior_samples(consistent_only=False)
     missing = sorted(set(latent_sites) - set(samples))
     if missing:
         raise ValueError(

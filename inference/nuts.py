@@ -84,7 +84,7 @@ def _sample_stats(extra: dict, max_tree_depth: int) -> dict[str, np.ndarray]:
 def _initial_params(bayes_model, data, init, latent, num_chains):
     """Unconstrained starting points (num_chains, ...) per site from a result or values."""
     if isinstance(init, FitResult):
-        samples = init.posterior_samples()
+        samples = init.posterior_samples(consistent_only=False)
         missing = sorted(set(latent) - set(samples))
         if missing:
             raise ValueError(f"init result lacks the model's latent sites {missing}")

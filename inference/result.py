@@ -357,27 +357,64 @@ class FitResult:
             return None
         return np.asarray(self.idata["ensemble"]["weight"].values)
 
-    def posterior_samples(self, *, group_by_chain: bool = False) -> dict[str, jax.Array]:
-        """Latent sites ``{site name: (C * D, ...)}`` (or ``(C, D, ...)`` when grouped by chain).
+    def consistent(self) -> np.ndarray | None:
+        """``(C, D)`` bool: the draws whose base parameters a physically consistent body has
+        (``completion_ok`` of the identifiable geometry's completion), or None where the draws
+        were not completed (other geometries, ``complete=False``).
+
+        The identifiable models' prior on the base parameters is truncated to those of
+        consistent bodies (``IdentifiableModel.sample_prior``), while NUTS samples the
+        untruncated density: the posterior is the chains' draws restricted to this set, exactly
+        (the indicator multiplies the density, so keeping the draws inside it is rejection
+        sampling). The flat samples below are those draws; the chains keep all of theirs.
+        """
+        post = self.idata["posterior"]
+        if "completion_ok" not in post:
+            return None
+        return np.asarray(post["completion_ok"].values, dtype=bool)
+
+    def _flat(self, values: dict, consistent_only: bool) -> dict:
+        """``{name: (C, D, ...)}`` -> ``{name: (K, ...)}``: all ``K = C * D`` draws, or the
+        consistent ones (:meth:`consistent`) where ``consistent_only``."""
+        keep = self.consistent() if consistent_only else None
+        if keep is None:
+            return {k: v.reshape(-1, *v.shape[2:]) for k, v in values.items()}
+        if not keep.any():
+            raise ValueError(
+                f"no draw of this {self.variant!r} fit has base parameters that a physically "
+                "consistent body has (completion_margin in the posterior says by how much they "
+                "miss): the model does not fit the data (try a richer variant, e.g. "
+                "diffnea/stribeck/...); consistent_only=False returns the draws anyway"
+            )
+        idx = np.flatnonzero(keep.reshape(-1))
+        return {k: v.reshape(-1, *v.shape[2:])[idx] for k, v in values.items()}
+
+    def posterior_samples(
+        self, *, group_by_chain: bool = False, consistent_only: bool = True
+    ) -> dict[str, jax.Array]:
+        """Latent sites ``{site name: (K, ...)}``: the posterior's draws, for the identifiable
+        geometry only those with a consistent body (:meth:`consistent`; ``consistent_only=False``
+        for all ``C * D``). Grouped by chain: the sampler's chains ``(C, D, ...)``, every draw
+        (for diagnostics and for continuing them).
 
         Feed one draw (``jax.tree.map(lambda x: x[i], samples)``) or all of them through
         ``jax.vmap`` to ``bayes_model.physical`` or ``bayes_model.qdd_fn``.
+
+        Raises:
+            ValueError: ``consistent_only`` and no draw has a consistent body.
         """
         post = self.idata["posterior"]
-        out = {}
-        for site in self.latent_sites:
-            arr = jnp.asarray(post[stored_name(site)].values)
-            out[site] = arr if group_by_chain else arr.reshape(-1, *arr.shape[2:])
-        return out
+        out = {site: jnp.asarray(post[stored_name(site)].values) for site in self.latent_sites}
+        return out if group_by_chain else self._flat(out, consistent_only)
 
-    def physical_samples(self, *, group_by_chain: bool = False) -> dict[str, np.ndarray]:
-        """Physical quantities ``{name: (C * D, ...)}`` (``(C, D, ...)`` grouped by chain)."""
+    def physical_samples(
+        self, *, group_by_chain: bool = False, consistent_only: bool = True
+    ) -> dict[str, np.ndarray]:
+        """Physical quantities ``{name: (K, ...)}``, the same draws as :meth:`posterior_samples`
+        (``(C, D, ...)`` grouped by chain)."""
         post = self.idata["posterior"]
-        out = {}
-        for name in self.physical_names:
-            arr = np.asarray(post[name].values)
-            out[name] = arr if group_by_chain else arr.reshape(-1, *arr.shape[2:])
-        return out
+        out = {name: np.asarray(post[name].values) for name in self.physical_names}
+        return out if group_by_chain else self._flat(out, consistent_only)
 
     def spec(self) -> ModelSpec:
         """The complete ``models.ModelSpec`` of the fitted model, robot included.
@@ -426,8 +463,9 @@ class FitResult:
 
         Returns:
             ``{"rhat_max", "ess_bulk_min", "ess_tail_min", "divergences", "max_tree_depth_hits",
-            "num_chains", "num_draws"}``; R-hat and ESS (rank-normalised, Vehtari et al. 2021,
-            ArviZ) are ``nan`` with fewer than 2 chains or 4 draws; counts are 0 for SVI.
+            "num_chains", "num_draws"}``, and ``"consistent_fraction"`` where the draws were
+            completed (:meth:`consistent`); R-hat and ESS (rank-normalised, Vehtari et al.
+            2021, ArviZ) are ``nan`` with fewer than 2 chains or 4 draws; counts are 0 for SVI.
         """
         post = self.idata["posterior"].to_dataset()[[stored_name(s) for s in self.latent_sites]]
         C, D = self.num_chains, self.num_draws
@@ -449,6 +487,9 @@ class FitResult:
             else None
         )
         out["max_tree_depth_hits"] = int(hits.sum()) if hits is not None else 0
+        consistent = self.consistent()
+        if consistent is not None:
+            out["consistent_fraction"] = float(consistent.mean())
         return out
 
     def summary(self, *, physical: bool = True, var_names=None):

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pinocchio as pin
 import pytest
+import xarray as xr
 
 import bayes_nea as bn
 from inference import fit_nuts
@@ -258,6 +259,30 @@ def test_nuts_matches_closed_form_linear_gaussian_posterior(metric):
     assert list(post["base_parameters"].coords["base_parameter"].values) == list(model.base_names)
     assert bool(np.all(np.asarray(bn.is_physically_consistent(post["theta"].values[ok]))))
     assert np.isnan(post["virtual"].values[~ok]).all()
+    # the posterior's flat draws are those with a consistent body (the prior on beta is
+    # truncated to them); the chains keep every draw
+    flat = fit.physical_samples()
+    assert _pinocchio_consistent(flat["theta"]).all()
+    assert flat["theta"].shape[0] == ok.sum()
+    assert diagnostics["consistent_fraction"] == ok.mean()
+    chains = fit.posterior_samples(group_by_chain=True)[BASE_SITE]
+    assert chains.shape[:2] == ok.shape
+    # a pattern of misses: the flat latent and physical draws are the same draws, in order
+    mask = np.arange(ok.size).reshape(ok.shape) % 3 != 0
+    fit.idata["posterior"]["completion_ok"] = xr.DataArray(mask, dims=("chain", "draw"))
+    keep = mask.reshape(-1)
+    np.testing.assert_array_equal(
+        np.asarray(fit.posterior_samples()[BASE_SITE]),
+        np.asarray(chains).reshape(ok.size, -1)[keep],
+    )
+    np.testing.assert_array_equal(
+        fit.physical_samples()["base_parameters"],
+        post["base_parameters"].values.reshape(ok.size, -1)[keep],
+    )
+    assert fit.posterior_samples(consistent_only=False)[BASE_SITE].shape[0] == ok.size
+    fit.idata["posterior"]["completion_ok"] = xr.DataArray(mask & False, dims=("chain", "draw"))
+    with pytest.raises(ValueError, match="no draw of this"):
+        fit.posterior_samples()
 
 
 def test_rejects_network_actuators_and_bad_polish_options():
