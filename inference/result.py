@@ -495,6 +495,11 @@ class FitResult:
     def summary(self, *, physical: bool = True, var_names=None):
         """``arviz.summary`` (mean, sd, 89% ETI, MCSE, ESS, R-hat) as a pandas DataFrame.
 
+        The physical quantities are summarised over the posterior's draws (:meth:`consistent`):
+        each chain's consistent draws in order, cut to the shortest chain's count so that the
+        chains stay comparable (R-hat and ESS of those sequences); the latent sites over every
+        draw of the chains.
+
         Args:
             physical: summarise the physical quantities (default) rather than the latent sites.
             var_names: restrict to these stored variable names.
@@ -505,7 +510,20 @@ class FitResult:
             if physical
             else [stored_name(s) for s in self.latent_sites]
         )
-        return az.summary(self.idata, group="posterior", var_names=names)
+        post = self.idata["posterior"].to_dataset()[list(names)]
+        keep = self.consistent() if physical else None
+        if keep is not None and not keep.all():
+            m = int(keep.sum(axis=1).min())
+            if m == 0:
+                raise ValueError(
+                    f"a chain of this {self.variant!r} fit has no draw with a physically "
+                    "consistent body: summarise the latent sites (physical=False)"
+                )
+            idx = xr.DataArray(
+                np.stack([np.flatnonzero(row)[:m] for row in keep]), dims=("chain", "draw")
+            )
+            post = post.isel(draw=idx).assign_coords(draw=np.arange(m))
+        return az.summary(xr.DataTree.from_dict({"/posterior": post}), group="posterior")
 
 
 def result_from_tree(tree: xr.DataTree) -> FitResult:

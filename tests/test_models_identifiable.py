@@ -280,9 +280,18 @@ def test_nuts_matches_closed_form_linear_gaussian_posterior(metric):
         post["base_parameters"].values.reshape(ok.size, -1)[keep],
     )
     assert fit.posterior_samples(consistent_only=False)[BASE_SITE].shape[0] == ok.size
+    # the physical summary is over those draws: theta NaN where no body exists does not leak
+    theta = post["theta"].values.copy()
+    theta[~mask] = np.nan
+    fit.idata["posterior"]["theta"] = post["theta"].copy(data=theta)
+    table = fit.summary()
+    rows = table[table.index.str.startswith("theta")]
+    assert len(rows) == theta[0, 0].size and np.isfinite(rows["mean"].to_numpy(float)).all()
     fit.idata["posterior"]["completion_ok"] = xr.DataArray(mask & False, dims=("chain", "draw"))
     with pytest.raises(ValueError, match="no draw of this"):
         fit.posterior_samples()
+    with pytest.raises(ValueError, match="no draw with a physically consistent body"):
+        fit.summary()
 
 
 def test_rejects_network_actuators_and_bad_polish_options():
