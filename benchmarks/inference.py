@@ -181,7 +181,6 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
         total = t_map + time.perf_counter() - t_nuts
         d = fit.diagnostics()
         post = fit.idata["posterior"]
-        ok = np.asarray(post["completion_ok"].values)
         beta = np.asarray(post["base_parameters"].values).reshape(-1, beta_true.size)
         z = np.abs(beta.mean(0) - beta_true) / beta.std(0)
         table = identified_summary(fit, model, states=held_out)
@@ -209,7 +208,7 @@ def identifiable_rows(system, actuator, prior, args, family="diffnea") -> list[d
                 "rhat_identified_max": float(table["r_hat"].max()),
                 "ess_identified_min": float(table["ess_bulk"].min()),
                 "rhat_qdd_max": float(accel["r_hat"].max()),
-                "completed": float(ok.mean()),
+                "completed": d["consistent_fraction"],
                 "beta_z_max": float(z.max()),
             }
         )
