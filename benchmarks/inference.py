@@ -277,13 +277,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--metric",
         choices=(
-            "laplace",
-            "adapt",
-            "laplace-adapt",
-            "softplus-adapt",
-            "laplace-slices",
-            "laplace-curved",
-            "softplus-curved",
+            "laplace", "adapt", "laplace-adapt", "softplus-adapt", "laplace-slices", "laplace-curved"
         ),
         default=None,
         help="default: laplace; identifiable: the model's nuts_metric (fit_nuts 'auto')",

@@ -118,31 +118,6 @@ class CurvedLaplaceMap(NamedTuple):
         return np.sign(u) * np.sqrt(2.0 * (self.a * u * u + self.b * u**4))
 
 
-class InnerMappedCurve(NamedTuple):
-    """``s -> y -> z``: a :class:`CurvedLaplaceMap` ``curve`` fitted in the coordinates ``y`` of
-    an elementwise map ``inner`` (``forward(y) -> (z, log |dz/dy|)``, ``inverse``;
-    :class:`inference.softplus_map.SoftplusCoefficientMap`: friction scale coefficients log-like
-    where only the prior sees them, linear where the data do), so that the bend is fitted to
-    a density without the coefficients' walls. ``fit_nuts(metric="softplus-curved")``."""
-
-    curve: CurvedLaplaceMap
-    inner: object
-
-    @property
-    def axes(self) -> np.ndarray:
-        return self.curve.axes
-
-    def forward(self, s: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """``(z (d,), log |dz/ds| - log |det P|)`` of NUTS coordinates ``s`` (d,)."""
-        y, log_jac_curve = self.curve.forward(s)
-        z, log_jac_inner = self.inner.forward(y)
-        return z, log_jac_curve + log_jac_inner
-
-    def inverse(self, z: np.ndarray) -> np.ndarray:
-        """NUTS coordinates ``s`` (..., d) of unconstrained points ``z`` (..., d) (numpy)."""
-        return self.curve.inverse(self.inner.inverse(z))
-
-
 def _order(bend: np.ndarray) -> np.ndarray:
     """A greedy order (m,) of axes given ``bend[a, m]`` = |the cubic coefficient of
     ``u_a u_m^2``|, which the map can cancel only with ``m`` before ``a``: repeatedly the axis
@@ -157,18 +132,13 @@ def _order(bend: np.ndarray) -> np.ndarray:
 
 
 def fit_curved_map(
-    bayes_model, data, point: dict, *, hessian: np.ndarray | None = None, inner=None
-) -> tuple[CurvedLaplaceMap | InnerMappedCurve, dict]:
+    bayes_model, data, point: dict, *, hessian: np.ndarray | None = None
+) -> tuple[CurvedLaplaceMap, dict]:
     """The :class:`CurvedLaplaceMap` of ``bayes_model``'s posterior at ``point`` (constrained
     ``{latent site: value}``, a MAP): the Laplace axes, the bending and fourth-order axes, the
     quadratic map and the tails (module docstring). Costs the Hessian (d Hessian-vector
     products), ``8 d`` log-joint evaluations for the slices, ``2 d + 2 m (m - 1)`` gradients and
     ``8`` log-joint evaluations per fourth-order axis.
-
-    With ``inner`` (an elementwise map ``y -> z`` with ``forward``, ``inverse`` and
-    ``hessian(y, H, g)``: :class:`inference.softplus_map.SoftplusCoefficientMap`) the curved map
-    is fitted to the density in ``y`` (``inner``'s log-Jacobian included) and the result is the
-    composition :class:`InnerMappedCurve` ``s -> y -> z``.
 
     Returns:
         ``(map, record)``; ``record``: the fourth-order axes with their rise coefficients along
@@ -195,30 +165,21 @@ def fit_curved_map(
     if hessian is None:  # the caller's, where it has one (fit_laplace)
         hessian = potential_hessian(bayes_model, data, unconstrained)
     H = np.asarray(hessian, np.float64)
-
-    def potential(y):  # -log density in the coordinates the map is fitted in
-        if inner is None:
-            return potential_energy(bayes_model.model, (data,), {}, unravel(y))
-        z, log_jac = inner.forward(y)
-        return potential_energy(bayes_model.model, (data,), {}, unravel(z)) - log_jac
-
-    if inner is not None and np.all(np.isfinite(H)):  # the Hessian in y, by the chain rule
-        g = jax.grad(lambda z: potential_energy(bayes_model.model, (data,), {}, unravel(z)))
-        g = np.asarray(g(jnp.asarray(centre, dtype)), np.float64)
-        centre = np.asarray(inner.inverse(centre), np.float64)
-        H = inner.hessian(centre, H, g)
     if not np.all(np.isfinite(H)):
         nan = np.full((d, d), np.nan)
-        curved = CurvedLaplaceMap(centre, nan, empty, np.zeros((d, 0, 0)), a, b, empty)
-        return (curved if inner is None else InnerMappedCurve(curved, inner)), {}
+        return CurvedLaplaceMap(centre, nan, empty, np.zeros((d, 0, 0)), a, b, empty), {}
     cov = floored_inverse(H, dtype, None)[0]
-    axes, shapes, fitted = _slice_shapes(bayes_model, data, centre, cov, unravel, dtype, inner)
+    axes, shapes, fitted = _slice_shapes(bayes_model, data, centre, cov, unravel, dtype)
     quartic = np.flatnonzero(reshaped_axes(fitted) & (fitted[:, 1] > 0))
     tau = np.minimum(np.sqrt(shapes.variances()), 1.0)
 
     P = jnp.asarray(axes, dtype)
     z0 = jnp.asarray(centre, dtype)
-    grad_t = jax.jit(jax.vmap(jax.grad(lambda t: potential(z0 + P @ t))))
+    grad_t = jax.jit(
+        jax.vmap(
+            jax.grad(lambda t: potential_energy(bayes_model.model, (data,), {}, unravel(z0 + P @ t)))
+        )
+    )
 
     def gradients(points: np.ndarray) -> np.ndarray:
         out = [np.asarray(grad_t(jnp.asarray(c, dtype)), np.float64) for c in np.split(
@@ -280,7 +241,6 @@ def fit_curved_map(
                     # a distinct triple: cancelled by the latest of (j, k, l) only
                     A[j, k, ll] = T_pair[j, k, ll]
     curved = CurvedLaplaceMap(centre, axes, bending, A, a, b, quartic)
-    wrap = (lambda c: c) if inner is None else (lambda c: InnerMappedCurve(c, inner))
     record = {
         "quartic": quartic.tolist(),
         "bending": bending.tolist(),
@@ -288,7 +248,7 @@ def fit_curved_map(
         "straight": fitted[quartic].tolist(),
     }
     if quartic.size == 0:
-        return wrap(curved), record
+        return curved, record
     # the rise along each fourth-order axis through the map: u = +-t e_q, t in SLICE_POINTS
     points = [centre]
     for q in quartic:
@@ -298,9 +258,7 @@ def fit_curved_map(
                 u[q] = sign * t
                 points.append(centre + axes @ np.asarray(curved.bend(jnp.asarray(u))))
     energy = np.asarray(
-        _potential_energies(
-            bayes_model, data, jnp.asarray(np.stack(points), dtype), unravel, transform=inner
-        ),
+        _potential_energies(bayes_model, data, jnp.asarray(np.stack(points), dtype), unravel),
         np.float64,
     )
     rises = energy[1:].reshape(quartic.size, SLICE_POINTS.size, 2).mean(axis=2) - energy[0]
@@ -308,4 +266,4 @@ def fit_curved_map(
     a[quartic] = np.maximum(along[:, 0], MIN_CURVE_RISE)
     b[quartic] = along[:, 1]
     record["bent"] = np.stack([a[quartic], b[quartic]], axis=1).tolist()
-    return wrap(CurvedLaplaceMap(centre, axes, bending, A, a, b, quartic)), record
+    return CurvedLaplaceMap(centre, axes, bending, A, a, b, quartic), record

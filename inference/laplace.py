@@ -74,15 +74,14 @@ def laplace_inverse_mass(
     return jnp.asarray(cov, dtype=flat.dtype)
 
 
-def _slice_shapes(bayes_model, data, centre, cov, unravel, dtype, transform=None):
+def _slice_shapes(bayes_model, data, centre, cov, unravel, dtype):
     """``(axes (d, d), SliceProposal, fitted coefficients (d, 2))`` of ``cov``'s eigenvectors
     scaled to its standard deviations (``z = centre + axes @ t``): the fitted shape
     ``exp(-(a t^2 + b t^4))`` on the axes whose rise at ``t = 1`` is more than
-    :data:`SLICE_RESHAPE_FACTOR` off the Gaussian's 1/2, the Gaussian on the others. With
-    ``transform``, ``centre`` and the axes are in its coordinates (:func:`_potential_energies`)."""
+    :data:`SLICE_RESHAPE_FACTOR` off the Gaussian's 1/2, the Gaussian on the others."""
     w, V = np.linalg.eigh(0.5 * (cov + cov.T))
     axes = V * np.sqrt(np.maximum(w, 0.0))[None, :]
-    rises = _slice_rises(bayes_model, data, centre, axes, unravel, dtype, transform)
+    rises = _slice_rises(bayes_model, data, centre, axes, unravel, dtype)
     fitted = fit_slice_coefficients(rises, SLICE_POINTS)
     reshaped = reshaped_axes(fitted)
     shapes = SliceProposal.from_coefficients(np.where(reshaped[:, None], fitted, [0.5, 0.0]))
@@ -352,21 +351,17 @@ _SLICE_RISE_MAX = 40.0  # a slice's support: where a t^2 + b t^4 <= 40 (e^-40 of
 _SLICE_GRID = 2049
 
 
-def _slice_rises(bayes_model, data, centre, axes, unravel, dtype, transform=None) -> np.ndarray:
+def _slice_rises(bayes_model, data, centre, axes, unravel, dtype) -> np.ndarray:
     """Rise of ``-log p`` (d, G) from ``centre`` (d,) at ``+-t axes[:, i]`` for ``t`` in
     :data:`SLICE_POINTS`, averaged over the two signs (a linear term, e.g. a MAP that is not
-    exactly stationary, cancels); non-finite where either side is. With ``transform``: in its
-    coordinates (:func:`_potential_energies`)."""
+    exactly stationary, cancels); non-finite where either side is."""
     d, G = axes.shape[1], SLICE_POINTS.size
     offsets = axes.T[:, None, None, :] * (
         SLICE_POINTS[None, :, None, None] * np.array([1.0, -1.0])[None, None, :, None]
     )
     points = np.concatenate([centre[None], (centre + offsets).reshape(-1, d)])
     energy = np.asarray(
-        _potential_energies(
-            bayes_model, data, jnp.asarray(points, dtype), unravel, transform=transform
-        ),
-        np.float64,
+        _potential_energies(bayes_model, data, jnp.asarray(points, dtype), unravel), np.float64
     )
     return energy[1:].reshape(d, G, 2).mean(axis=2) - energy[0]
 
@@ -464,21 +459,13 @@ class SliceProposal(NamedTuple):
         return out
 
 
-def _potential_energies(
-    bayes_model, data, z: jax.Array, unravel, *, transform=None, batch_size: int = 16
-):
+def _potential_energies(bayes_model, data, z: jax.Array, unravel, *, batch_size: int = 16):
     """``-log p(z_i, data)`` (S,) at unconstrained flat points ``z`` (S, d) (``unravel``: flat
     to sites), ``batch_size`` at a time (memory: ``batch_size`` likelihood evaluations over the
-    data); +inf where not finite. With ``transform`` (``forward(y) -> (z, log |dz/dy|)``, e.g.
-    :class:`inference.softplus_map.SoftplusCoefficientMap`) the points are in its coordinates
-    and the energies those of the density there, ``-log p(z(y), data) - log |dz/dy|``."""
+    data); +inf where not finite."""
 
     def one(v, d):
-        if transform is None:
-            u = potential_energy(bayes_model.model, (d,), {}, unravel(v))
-        else:
-            zz, log_jac = transform.forward(v)
-            u = potential_energy(bayes_model.model, (d,), {}, unravel(zz)) - log_jac
+        u = potential_energy(bayes_model.model, (d,), {}, unravel(v))
         return jnp.where(jnp.isfinite(u), u, jnp.inf)
 
     def energies(zz, d):  # the data as an argument: no constants, one program per shape

@@ -43,20 +43,17 @@ METRICS = (
     "softplus-adapt",
     "laplace-slices",
     "laplace-curved",
-    "softplus-curved",
 )
-CURVED_METRICS = ("laplace-curved", "softplus-curved")
-"""Metrics that sample in the coordinates of a :class:`inference.curved.CurvedLaplaceMap`."""
-MAPPED_METRICS = (*CURVED_METRICS, "softplus-adapt")
+MAPPED_METRICS = ("laplace-curved", "softplus-adapt")
 """Metrics whose runs sample in coordinates of their own map. ``softplus-adapt`` runs store
-their map and can be ``extend``-ed; the curved ones cannot (run ``fit_nuts`` again with more
-draws)."""
-NOT_EXTENDABLE = CURVED_METRICS
+their map and can be ``extend``-ed; ``laplace-curved`` runs cannot (run ``fit_nuts`` again with
+more draws)."""
+NOT_EXTENDABLE = ("laplace-curved",)
 """Metrics whose runs ``extend`` refuses."""
 CURVED_ADAPT_MIN_WARMUP = 200
-"""The curved metrics (:data:`CURVED_METRICS`) adapt a diagonal metric only with at least this
-many warm-up steps; shorter warm-ups keep the map's unit metric (a cart-pole run of 120 warm-up
-steps reached R-hat 1.07 with the adapted one)."""
+"""``metric="laplace-curved"`` adapts a diagonal metric only with at least this many warm-up
+steps; shorter warm-ups keep the map's unit metric (a cart-pole run of 120 warm-up steps reached
+R-hat 1.07 with the adapted one)."""
 DEFAULT_TARGET_ACCEPT = 0.8
 """NUTS's step-size target where the model names none (NumPyro's and Stan's default)."""
 
@@ -137,17 +134,10 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
             point = point_values(init, latent)
         else:
             point = {k: jnp.asarray(init[k]) for k in latent}
-        if metric in CURVED_METRICS:
-            inner = None
-            if metric == "softplus-curved":
-                inner, inverse_mass, _ = _softplus_metric(bayes_model, data, point)
-                if not np.all(np.isfinite(inverse_mass)):
-                    return _adapt_instead("the softplus map's Laplace metric")
-            curved, record = fit_curved_map(bayes_model, data, point, inner=inner)
+        if metric == "laplace-curved":
+            curved, record = fit_curved_map(bayes_model, data, point)
             if not np.all(np.isfinite(curved.axes)):
                 return _adapt_instead("the curved Laplace map")
-            if inner is not None:
-                record["softplus_map"] = inner.to_record()
             return (curved, record), metric
         if metric == "softplus-adapt":
             cmap, inverse_mass, record = _softplus_metric(bayes_model, data, point)
@@ -416,11 +406,8 @@ def fit_nuts(
             (the Laplace axes bent onto the ridge to third order, the fourth-order axes'
             tails mapped to Gaussian ones; a diagonal metric adapted there from
             :data:`CURVED_ADAPT_MIN_WARMUP` warm-up steps on): for posteriors that bend away
-            from the MAP (learned placements: ``nokin-diffnea``'s default for ideal and viscous
-            friction). ``"softplus-curved"``: the same map fitted in the coordinates of
-            ``"softplus-adapt"``'s map (:class:`inference.curved.InnerMappedCurve`): placements
-            that bend and friction coefficients with walls (``nokin-diffnea`` with Stribeck
-            friction). Such runs cannot be ``extend``-ed. An array: that
+            from the MAP (learned placements: ``nokin-diffnea``'s default). Such a run cannot
+            be ``extend``-ed. An array: that
             fixed inverse mass matrix, (d,) diagonal or (d, d) dense, over the latent sites
             flattened in NumPyro's order (sorted site names). With a fixed metric only the step
             size is adapted. The Laplace metrics cost d Hessian-vector products (d latent values)
@@ -478,7 +465,7 @@ def fit_nuts(
     transform = map_record = None  # a run in a map's coordinates (MAPPED_METRICS)
     if extend is None:
         fixed_metric, metric_name = _fixed_metric(bayes_model, data, metric, init, latent)
-        if metric_name in CURVED_METRICS:
+        if metric_name == "laplace-curved":
             (transform, map_record), fixed_metric = fixed_metric, None
             dense_mass = False
         elif metric_name == "softplus-adapt":
@@ -568,7 +555,7 @@ def fit_nuts(
             starts = ends
     if transform is not None:
         if previous is None:
-            settings["curved_map" if metric_name in CURVED_METRICS else "softplus_map"] = (
+            settings["curved_map" if metric_name == "laplace-curved" else "softplus_map"] = (
                 map_record
             )
         samples, stats, last_state = _run_mapped(
@@ -582,7 +569,7 @@ def fit_nuts(
             num_chains=num_chains,
             settings=settings,
             progress=progress,
-            inverse_mass=None if settings["metric"] in CURVED_METRICS else fixed_metric,
+            inverse_mass=None if settings["metric"] == "laplace-curved" else fixed_metric,
             starts=starts,
             previous=previous,
         )
