@@ -277,7 +277,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--metric",
         choices=(
-            "laplace", "adapt", "laplace-adapt", "softplus-adapt", "laplace-slices", "laplace-curved"
+            "laplace", "adapt", "laplace-adapt", "softplus-adapt", "laplace-slices",
+            "laplace-curved", "laplace-curved-or-adapt",
         ),
         default=None,
         help="default: laplace; identifiable: the model's nuts_metric (fit_nuts 'auto')",

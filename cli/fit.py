@@ -82,18 +82,23 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument(
         "--metric",
-        choices=("auto", "adapt", "laplace", "laplace-adapt", "softplus-adapt"),
+        choices=(
+            "auto", "adapt", "laplace", "laplace-adapt", "softplus-adapt", "laplace-curved",
+            "laplace-curved-or-adapt",
+        ),
         default="auto",
         help="NUTS inverse mass matrix: adapted in warm-up, the fixed Laplace metric at --init, "
-        "a dense metric adapted from it, or the same with friction coefficients in softplus "
-        "coordinates (auto, the default: the model's choice with --init, else adapt)",
+        "a dense metric adapted from it, the same with friction coefficients in softplus "
+        "coordinates, NUTS in a curved Laplace map (learned placements), or that map only where "
+        "the posterior bends strongly (auto, the default: the model's choice with --init, else "
+        "adapt)",
     )
     parser.add_argument(
         "--target-accept",
         type=real(0.0, 1.0, open_low=True),
         default=None,
         help="NUTS step-size target in (0, 1) (default: the model's: 0.95 for Stribeck friction "
-        "in the identifiable geometry, else 0.8)",
+        "in the identifiable geometry, 0.99 with learned placements, else 0.8)",
     )
     parser.add_argument(
         "--polish",

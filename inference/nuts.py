@@ -43,6 +43,7 @@ METRICS = (
     "softplus-adapt",
     "laplace-slices",
     "laplace-curved",
+    "laplace-curved-or-adapt",
 )
 MAPPED_METRICS = ("laplace-curved", "softplus-adapt")
 """Metrics whose runs sample in coordinates of their own map. ``softplus-adapt`` runs store
@@ -54,6 +55,14 @@ CURVED_ADAPT_MIN_WARMUP = 200
 """``metric="laplace-curved"`` adapts a diagonal metric only with at least this many warm-up
 steps; shorter warm-ups keep the map's unit metric (a cart-pole run of 120 warm-up steps reached
 R-hat 1.07 with the adapted one)."""
+CURVED_MIN_QUARTIC = 10.0
+"""``metric="laplace-curved-or-adapt"`` samples in the curved Laplace map where one of its
+fourth-order axes has a rise ``a t^2 + b t^4`` along the straight Laplace axis with ``b`` at least
+this (the rise at one Laplace sd ``a + b``; a Gaussian's is 0.5), and with ``"laplace-adapt"``
+otherwise. Measured on ``nokin-diffnea/stribeck/informative`` at 5,000 states: the Furuta's ``b``
+is 30.7, and there the curved map mixed where the adapted metric diverged; the cart-pole's is 3.0,
+and there the curved map diverged where the adapted metric did not
+(docs/inference-geometry.md)."""
 DEFAULT_TARGET_ACCEPT = 0.8
 """NUTS's step-size target where the model names none (NumPyro's and Stan's default)."""
 
@@ -119,6 +128,14 @@ def _adapt_instead(metric: str) -> tuple[None, str]:
     return None, "adapt"
 
 
+def strongly_bent(record: dict) -> bool:
+    """Whether a curved Laplace map (``inference.curved.fit_curved_map``'s ``record``) has a
+    fourth-order axis whose straight rise's ``t^4`` coefficient reaches
+    :data:`CURVED_MIN_QUARTIC`."""
+    straight = np.asarray(record.get("straight", []), np.float64).reshape(-1, 2)
+    return bool(straight.size and straight[:, 1].max() >= CURVED_MIN_QUARTIC)
+
+
 def _fixed_metric(bayes_model, data, metric, init, latent):
     """(inverse mass matrix or None, name stored in the settings) for ``fit_nuts``'s ``metric``."""
     if isinstance(metric, str):
@@ -134,11 +151,13 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
             point = point_values(init, latent)
         else:
             point = {k: jnp.asarray(init[k]) for k in latent}
-        if metric == "laplace-curved":
+        if metric in ("laplace-curved", "laplace-curved-or-adapt"):
             curved, record = fit_curved_map(bayes_model, data, point)
             if not np.all(np.isfinite(curved.axes)):
                 return _adapt_instead("the curved Laplace map")
-            return (curved, record), metric
+            if metric == "laplace-curved" or strongly_bent(record):
+                return (curved, record), "laplace-curved"
+            metric = "laplace-adapt"
         if metric == "softplus-adapt":
             cmap, inverse_mass, record = _softplus_metric(bayes_model, data, point)
             if not np.all(np.isfinite(inverse_mass)):
@@ -407,7 +426,10 @@ def fit_nuts(
             tails mapped to Gaussian ones; a diagonal metric adapted there from
             :data:`CURVED_ADAPT_MIN_WARMUP` warm-up steps on): for posteriors that bend away
             from the MAP (learned placements: ``nokin-diffnea``'s default). Such a run cannot
-            be ``extend``-ed. An array: that
+            be ``extend``-ed. ``"laplace-curved-or-adapt"``: the curved map where its
+            straight fourth-order rise is strong (:func:`strongly_bent`), else
+            ``"laplace-adapt"`` (``nokin-diffnea`` with Stribeck friction); the settings record
+            which ran. An array: that
             fixed inverse mass matrix, (d,) diagonal or (d, d) dense, over the latent sites
             flattened in NumPyro's order (sorted site names). With a fixed metric only the step
             size is adapted. The Laplace metrics cost d Hessian-vector products (d latent values)
@@ -415,7 +437,7 @@ def fit_nuts(
         target_accept: target acceptance probability of the step-size adaptation, in (0, 1).
             ``"auto"`` (default): the model's ``nuts_target_accept`` (0.8 when it names none;
             ``models.identifiable``: 0.95 for Stribeck friction, whose posterior diverges at
-            0.8). A higher target takes smaller steps: fewer divergences, more gradients.
+            0.8, and 0.99 with learned placements). A higher target takes smaller steps: fewer divergences, more gradients.
         max_tree_depth: maximum tree depth (at most ``2^depth - 1`` leapfrog steps per draw).
         chain_method: ``"parallel"`` or ``"sequential"``; default parallel when there are enough
             devices.

@@ -758,18 +758,23 @@ class KinematicIdentifiableModel(IdentifiableModel):
     def nuts_metric(self) -> str:
         """``"laplace-curved"`` (:mod:`inference.curved`): along the placements' fourth-order
         axes the posterior bends (other coordinates follow the square of the axis), which no
-        fixed metric follows. Stribeck friction keeps ``"laplace-adapt"``: its funnel is no bend,
-        and in the curved coordinates the cart-pole diverged (35 of 2,000 draws against 0;
-        docs/inference-geometry.md)."""
-        return "laplace-adapt" if self.source.spec.actuator == "stribeck" else "laplace-curved"
+        fixed metric follows. Stribeck friction: ``"laplace-curved-or-adapt"``, the curved map
+        only where its fourth-order axis rises steeply (``inference.nuts.strongly_bent``: the
+        Furuta's), ``"laplace-adapt"`` otherwise: on the cart-pole, whose bend is mild, the
+        Stribeck funnel dominates and in the curved coordinates NUTS diverged (5-35 of 2,000
+        draws against 0; docs/inference-geometry.md)."""
+        if self.source.spec.actuator == "stribeck":
+            return "laplace-curved-or-adapt"
+        return "laplace-curved"
 
     @property
     def nuts_target_accept(self) -> float:
-        """0.95: in the curved map's coordinates the Furuta's posterior still has heavier tails
-        along the bent axes than the map's third-order fit captures; at 0.8 NUTS diverged in
-        11-23 draws of 2,000, at 0.95 in 0-5, for 15 leapfrog steps per draw instead of 12
-        (docs/inference-geometry.md). Stribeck friction: 0.95 as without learned placements."""
-        return 0.95
+        """0.99: in the curved map's coordinates the Furuta's posterior still has heavier tails
+        along the bent axes than the map's third-order fit captures; at 0.95 NUTS diverged in 0-6
+        draws of 2,000 (viscous) and 3 (Stribeck), at 0.99 in none of three runs each, for
+        about twice the leapfrog steps (30 instead of 15 per draw, viscous;
+        docs/inference-geometry.md)."""
+        return 0.99
 
     @property
     def multimodal_start(self) -> bool:

@@ -758,3 +758,28 @@ def test_nuts_in_softplus_coordinates_samples_a_wall(wall, problem, tmp_path):
     np.testing.assert_array_equal(x_all[:, :1000], x)
     new = x_all[:, 1000:]
     _assert_a_mapped_run(more, problem, {"x": new, "x2": new**2}, _wall_moments())
+
+
+def test_curved_or_adapt_takes_the_curved_map_only_where_the_posterior_bends(banana, problem):
+    """``metric="laplace-curved-or-adapt"``: the banana's straight rise along y is
+    ``y^2 / 2 + k^2 y^4 / (2 s^2)`` (``t^4`` coefficient 50, above ``CURVED_MIN_QUARTIC``), so
+    the curved map; the linear-Gaussian posterior has no fourth-order axis, so the adapted
+    Laplace metric (the closed-form covariance as its start)."""
+    from inference.nuts import CURVED_MIN_QUARTIC, _fixed_metric, strongly_bent
+    from inference.result import trace_sites
+
+    assert BANANA_BEND**2 / (2 * BANANA_SD**2) > CURVED_MIN_QUARTIC
+    model, data, init = banana
+    latent, _ = trace_sites(model, data)
+    (curved, record), name = _fixed_metric(model, data, "laplace-curved-or-adapt", init, latent)
+    assert name == "laplace-curved" and strongly_bent(record)
+    np.testing.assert_allclose(record["straight"][0][1], BANANA_BEND**2 / (2 * BANANA_SD**2),
+                               rtol=1e-3)
+    plain, data, mean, cov = problem
+    b = plain.n_base
+    point = {"beta": mean[:b], "actuator/viscous": mean[b:]}
+    latent, _ = trace_sites(plain, data)
+    inverse_mass, name = _fixed_metric(plain, data, "laplace-curved-or-adapt", point, latent)
+    assert name == "laplace-adapt" and np.shape(inverse_mass) == (mean.size, mean.size)
+    assert not strongly_bent({"straight": [[0.5, CURVED_MIN_QUARTIC * 0.99]]})
+    assert not strongly_bent({"quartic": [], "straight": []})

@@ -98,6 +98,16 @@ def test_rejects_families_without_consistent_rigid_bodies():
             identifiable_model(build_model(variant, robot))
 
 
+def test_nuts_defaults_with_learned_placements(model):
+    """The curved map at target 0.99; Stribeck friction chooses between it and the adapted
+    Laplace metric by the map's fourth-order rise (``inference.nuts.strongly_bent``)."""
+    assert (model.nuts_metric, model.nuts_target_accept) == ("laplace-curved", 0.99)
+    strib = identifiable_model(
+        build_model("nokin-diffnea/stribeck/informative", bn.get_system("furuta"))
+    )
+    assert (strib.nuts_metric, strib.nuts_target_accept) == ("laplace-curved-or-adapt", 0.99)
+
+
 @pytest.mark.slow
 def test_nuts_recovers_base_parameters_and_placements_of_simulated_data(model):
     """Known truth: the nominal cart-pole simulated with the prior-median friction."""
@@ -124,7 +134,7 @@ def test_nuts_recovers_base_parameters_and_placements_of_simulated_data(model):
         log_likelihood=False,
     )
     settings = fit.attrs["settings"]  # the model's defaults: NUTS in the curved Laplace map
-    assert settings["metric"] == "laplace-curved" and settings["target_accept"] == 0.95
+    assert settings["metric"] == "laplace-curved" and settings["target_accept"] == 0.99
     d = fit.diagnostics()
     assert d["divergences"] == 0
     assert d["rhat_max"] < 1.05
