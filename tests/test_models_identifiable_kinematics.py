@@ -126,7 +126,7 @@ def test_nuts_recovers_base_parameters_and_placements_of_simulated_data(model):
         data,
         key=0,
         num_warmup=120,
-        num_samples=100,
+        num_samples=200,
         num_chains=2,
         init=point,
         progress=False,
