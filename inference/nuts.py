@@ -60,7 +60,7 @@ CURVED_MIN_QUARTIC = 10.0
 fourth-order axes has a rise ``a t^2 + b t^4`` along the straight Laplace axis with ``b`` at least
 this (the rise at one Laplace sd ``a + b``; a Gaussian's is 0.5), and with ``"laplace-adapt"``
 otherwise. Measured on ``nokin-diffnea/stribeck/informative`` at 5,000 states: the Furuta's ``b``
-is 30.7, and there the curved map mixed where the adapted metric diverged; the cart-pole's is 3.0,
+is 30.8, and there the curved map mixed where the adapted metric diverged; the cart-pole's is 3.0,
 and there the curved map diverged where the adapted metric did not
 (docs/inference-geometry.md)."""
 DEFAULT_TARGET_ACCEPT = 0.8
@@ -437,7 +437,8 @@ def fit_nuts(
         target_accept: target acceptance probability of the step-size adaptation, in (0, 1).
             ``"auto"`` (default): the model's ``nuts_target_accept`` (0.8 when it names none;
             ``models.identifiable``: 0.95 for Stribeck friction, whose posterior diverges at
-            0.8, and 0.99 with learned placements). A higher target takes smaller steps: fewer divergences, more gradients.
+            0.8, and 0.99 with learned placements). A higher target takes smaller steps: fewer
+            divergences, more gradients.
         max_tree_depth: maximum tree depth (at most ``2^depth - 1`` leapfrog steps per draw).
         chain_method: ``"parallel"`` or ``"sequential"``; default parallel when there are enough
             devices.
