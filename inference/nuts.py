@@ -136,6 +136,13 @@ def strongly_bent(record: dict) -> bool:
     return bool(straight.size and straight[:, 1].max() >= CURVED_MIN_QUARTIC)
 
 
+def _stored_state(previous: FitResult, template, num_chains: int):
+    """The last sampler state stored with ``previous`` (chains first, as the fits store it)
+    in the structure of ``template``; one chain's without the chain axis, as NumPyro runs it."""
+    state = state_from_dataset(previous.idata["nuts_state"].to_dataset(), template, kind="nuts")
+    return jax.tree.map(lambda x: x[0], state) if num_chains == 1 else state
+
+
 def _fixed_metric(bayes_model, data, metric, init, latent):
     """(inverse mass matrix or None, name stored in the settings) for ``fit_nuts``'s ``metric``."""
     if isinstance(metric, str):
@@ -157,7 +164,8 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
                 return _adapt_instead("the curved Laplace map")
             if metric == "laplace-curved" or strongly_bent(record):
                 return (curved, record), "laplace-curved"
-            metric = "laplace-adapt"
+            inverse_mass, name = _fixed_metric(bayes_model, data, "laplace-adapt", point, latent)
+            return (inverse_mass, record), name  # the record says why the map was set aside
         if metric == "softplus-adapt":
             cmap, inverse_mass, record = _softplus_metric(bayes_model, data, point)
             if not np.all(np.isfinite(inverse_mass)):
@@ -340,7 +348,7 @@ def _run_mapped(
     )
     if previous is not None:
         template = kernel.init(run_key, 0, starts[0], model_args=(), model_kwargs={})
-        state = state_from_dataset(previous.idata["nuts_state"].to_dataset(), template, kind="nuts")
+        state = _stored_state(previous, template, num_chains)
         mcmc.post_warmup_state = state
         run_key = state.rng_key
     mcmc.run(
@@ -428,8 +436,8 @@ def fit_nuts(
             from the MAP (learned placements: ``nokin-diffnea``'s default). Such a run cannot
             be ``extend``-ed. ``"laplace-curved-or-adapt"``: the curved map where its
             straight fourth-order rise is strong (:func:`strongly_bent`), else
-            ``"laplace-adapt"`` (``nokin-diffnea`` with Stribeck friction); the settings record
-            which ran. An array: that
+            ``"laplace-adapt"`` (``nokin-diffnea`` with Stribeck friction); the settings name
+            the metric that ran and keep the map's record (``curved_map``). An array: that
             fixed inverse mass matrix, (d,) diagonal or (d, d) dense, over the latent sites
             flattened in NumPyro's order (sorted site names). With a fixed metric only the step
             size is adapted. The Laplace metrics cost d Hessian-vector products (d latent values)
@@ -495,6 +503,8 @@ def fit_nuts(
             transform, fixed_metric, map_record = fixed_metric
             dense_mass = True
         elif metric_name != "adapt":
+            if isinstance(fixed_metric, tuple):  # laplace-curved-or-adapt, the map set aside
+                fixed_metric, map_record = fixed_metric
             dense_mass = fixed_metric.ndim == 2
     settings = {
         "num_warmup": num_warmup,
@@ -506,6 +516,8 @@ def fit_nuts(
         "max_tree_depth": max_tree_depth,
         "chain_method": chain_method,
     }
+    if map_record is not None and metric_name == "laplace-adapt":
+        settings["curved_map"] = map_record
     init_params = None
     init_strategy = init_to_mean()
     previous = None
@@ -626,7 +638,7 @@ def fit_nuts(
     if previous is not None:
         # Template of one chain's state (same pytree structure), then the stored chains' leaves.
         template = kernel.init(k_run, 0, None, model_args=(data,), model_kwargs={})
-        state = state_from_dataset(previous.idata["nuts_state"].to_dataset(), template, kind="nuts")
+        state = _stored_state(previous, template, num_chains)
         mcmc.post_warmup_state = state
         run_key = state.rng_key
     else:

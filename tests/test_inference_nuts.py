@@ -135,6 +135,21 @@ def test_extend_keeps_draws_and_adds_new(problem, nuts_fit, tmp_path):
     assert more.attrs["settings"]["num_samples"] == 350
 
 
+def test_extending_one_chain_continues_that_chain(problem):
+    """A single-chain run (stored with a chain axis) extended by 30 draws gives exactly the
+    draws of one run 30 draws longer: the stored state is NumPyro's, and nothing is re-warmed."""
+    model, data, _, _ = problem
+    options = dict(key=0, num_warmup=100, num_chains=1, progress=False, num_predictive=0,
+                   log_likelihood=False)
+    longer = fit_nuts(model, data, num_samples=60, **options)
+    shorter = fit_nuts(model, data, num_samples=30, **options)
+    more = fit_nuts(model, data, **{**options, "key": 1}, extend=shorter, num_samples=30)
+    np.testing.assert_array_equal(
+        more.posterior_samples(group_by_chain=True)["beta"],
+        longer.posterior_samples(group_by_chain=True)["beta"],
+    )
+
+
 def test_extend_rejects_other_data(problem, nuts_fit):
     model, data, _, _ = problem
     other = data._replace(tau=data.tau + 1.0)
@@ -779,7 +794,10 @@ def test_curved_or_adapt_takes_the_curved_map_only_where_the_posterior_bends(ban
     b = plain.n_base
     point = {"beta": mean[:b], "actuator/viscous": mean[b:]}
     latent, _ = trace_sites(plain, data)
-    inverse_mass, name = _fixed_metric(plain, data, "laplace-curved-or-adapt", point, latent)
+    (inverse_mass, record), name = _fixed_metric(
+        plain, data, "laplace-curved-or-adapt", point, latent
+    )
     assert name == "laplace-adapt" and np.shape(inverse_mass) == (mean.size, mean.size)
+    assert record["quartic"] == [] and not strongly_bent(record)  # why it was set aside
     assert not strongly_bent({"straight": [[0.5, CURVED_MIN_QUARTIC * 0.99]]})
     assert not strongly_bent({"quartic": [], "straight": []})
