@@ -165,6 +165,8 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
             if metric == "laplace-curved" or strongly_bent(record):
                 return (curved, record), "laplace-curved"
             inverse_mass, name = _fixed_metric(bayes_model, data, "laplace-adapt", point, latent)
+            if name != "laplace-adapt":  # its own fallback
+                return inverse_mass, name
             return (inverse_mass, record), name  # the record says why the map was set aside
         if metric == "softplus-adapt":
             cmap, inverse_mass, record = _softplus_metric(bayes_model, data, point)
