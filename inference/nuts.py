@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -116,7 +117,19 @@ def _initial_params(bayes_model, data, init, latent, num_chains):
     return {k: jnp.stack([u[k] for u in unconstrained]) for k in unconstrained[0]}
 
 
-def _adapt_instead(metric: str) -> tuple[None, str]:
+class _Metric(NamedTuple):
+    """What ``fit_nuts`` samples with: the name stored in the settings, the fixed inverse mass
+    matrix (None: adapted, or a map's own metric), the map whose coordinates NUTS runs in
+    (``MAPPED_METRICS``; else None) and its record for the settings (the curved map's also
+    where ``laplace-curved-or-adapt`` set it aside)."""
+
+    name: str
+    inverse_mass: jax.Array | None = None
+    transform: object = None
+    record: dict | None = None
+
+
+def _adapt_instead(metric: str) -> _Metric:
     """Warn (at ``fit_nuts``'s caller) that the Hessian of the log joint at init is not finite,
     and fall back to an adapted dense metric instead of ``metric``."""
     warnings.warn(
@@ -125,7 +138,7 @@ def _adapt_instead(metric: str) -> tuple[None, str]:
         RuntimeWarning,
         stacklevel=4,
     )
-    return None, "adapt"
+    return _Metric("adapt")
 
 
 def strongly_bent(record: dict) -> bool:
@@ -143,13 +156,13 @@ def _stored_state(previous: FitResult, template, num_chains: int):
     return jax.tree.map(lambda x: x[0], state) if num_chains == 1 else state
 
 
-def _fixed_metric(bayes_model, data, metric, init, latent):
-    """(inverse mass matrix or None, name stored in the settings) for ``fit_nuts``'s ``metric``."""
+def _fixed_metric(bayes_model, data, metric, init, latent) -> _Metric:
+    """The :class:`_Metric` for ``fit_nuts``'s ``metric``."""
     if isinstance(metric, str):
         if metric == "auto":
             metric = "adapt" if init is None else "laplace"
         if metric == "adapt":
-            return None, "adapt"
+            return _Metric("adapt")
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}; valid: {list(METRICS)} or an array")
         if init is None:
@@ -158,27 +171,25 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
             point = point_values(init, latent)
         else:
             point = {k: jnp.asarray(init[k]) for k in latent}
+        record = None
         if metric in ("laplace-curved", "laplace-curved-or-adapt"):
             curved, record = fit_curved_map(bayes_model, data, point)
             if not np.all(np.isfinite(curved.axes)):
                 return _adapt_instead("the curved Laplace map")
             if metric == "laplace-curved" or strongly_bent(record):
-                return (curved, record), "laplace-curved"
-            inverse_mass, name = _fixed_metric(bayes_model, data, "laplace-adapt", point, latent)
-            if name != "laplace-adapt":  # its own fallback
-                return inverse_mass, name
-            return (inverse_mass, record), name  # the record says why the map was set aside
+                return _Metric("laplace-curved", transform=curved, record=record)
+            metric = "laplace-adapt"  # the record says why the map was set aside
         if metric == "softplus-adapt":
             cmap, inverse_mass, record = _softplus_metric(bayes_model, data, point)
             if not np.all(np.isfinite(inverse_mass)):
                 return _adapt_instead("the softplus map's Laplace metric")
-            return (cmap, inverse_mass, record), metric
+            return _Metric(metric, inverse_mass, cmap, record)
         inverse_mass = np.asarray(
             laplace_inverse_mass(bayes_model, data, point, slices=metric == "laplace-slices")
         )
         if not np.all(np.isfinite(inverse_mass)):
             return _adapt_instead("the Laplace metric")
-        return jnp.asarray(inverse_mass), metric
+        return _Metric(metric, jnp.asarray(inverse_mass), record=record)
     inverse_mass = np.asarray(metric)
     size = sum(int(np.prod(np.shape(v))) for v in latent.values())
     if inverse_mass.shape not in ((size,), (size, size)):
@@ -195,7 +206,7 @@ def _fixed_metric(bayes_model, data, metric, init, latent):
             raise ValueError("metric: the inverse mass matrix is not symmetric")
         if np.linalg.eigvalsh(inverse_mass).min() <= 0:
             raise ValueError("metric: the inverse mass matrix is not positive definite")
-    return jnp.asarray(inverse_mass), "given"
+    return _Metric("given", jnp.asarray(inverse_mass))
 
 
 def _softplus_metric(bayes_model, data, point: dict):
@@ -497,16 +508,14 @@ def fit_nuts(
     fixed_metric, metric_name = None, "adapt"
     transform = map_record = None  # a run in a map's coordinates (MAPPED_METRICS)
     if extend is None:
-        fixed_metric, metric_name = _fixed_metric(bayes_model, data, metric, init, latent)
+        metric_name, fixed_metric, transform, map_record = _fixed_metric(
+            bayes_model, data, metric, init, latent
+        )
         if metric_name == "laplace-curved":
-            (transform, map_record), fixed_metric = fixed_metric, None
             dense_mass = False
         elif metric_name == "softplus-adapt":
-            transform, fixed_metric, map_record = fixed_metric
             dense_mass = True
         elif metric_name != "adapt":
-            if isinstance(fixed_metric, tuple):  # laplace-curved-or-adapt, the map set aside
-                fixed_metric, map_record = fixed_metric
             dense_mass = fixed_metric.ndim == 2
     settings = {
         "num_warmup": num_warmup,
@@ -518,8 +527,8 @@ def fit_nuts(
         "max_tree_depth": max_tree_depth,
         "chain_method": chain_method,
     }
-    if map_record is not None and metric_name == "laplace-adapt":
-        settings["curved_map"] = map_record
+    if map_record is not None:
+        settings["softplus_map" if metric_name == "softplus-adapt" else "curved_map"] = map_record
     init_params = None
     init_strategy = init_to_mean()
     previous = None
@@ -591,10 +600,6 @@ def fit_nuts(
         else:
             starts = ends
     if transform is not None:
-        if previous is None:
-            settings["curved_map" if metric_name == "laplace-curved" else "softplus_map"] = (
-                map_record
-            )
         samples, stats, last_state = _run_mapped(
             bayes_model,
             data,

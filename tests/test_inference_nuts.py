@@ -786,18 +786,19 @@ def test_curved_or_adapt_takes_the_curved_map_only_where_the_posterior_bends(ban
     assert BANANA_BEND**2 / (2 * BANANA_SD**2) > CURVED_MIN_QUARTIC
     model, data, init = banana
     latent, _ = trace_sites(model, data)
-    (curved, record), name = _fixed_metric(model, data, "laplace-curved-or-adapt", init, latent)
-    assert name == "laplace-curved" and strongly_bent(record)
-    np.testing.assert_allclose(record["straight"][0][1], BANANA_BEND**2 / (2 * BANANA_SD**2),
-                               rtol=1e-3)
+    bent = _fixed_metric(model, data, "laplace-curved-or-adapt", init, latent)
+    assert bent.name == "laplace-curved" and bent.transform is not None
+    assert strongly_bent(bent.record)
+    np.testing.assert_allclose(
+        bent.record["straight"][0][1], BANANA_BEND**2 / (2 * BANANA_SD**2), rtol=1e-3
+    )
     plain, data, mean, cov = problem
     b = plain.n_base
     point = {"beta": mean[:b], "actuator/viscous": mean[b:]}
     latent, _ = trace_sites(plain, data)
-    (inverse_mass, record), name = _fixed_metric(
-        plain, data, "laplace-curved-or-adapt", point, latent
-    )
-    assert name == "laplace-adapt" and np.shape(inverse_mass) == (mean.size, mean.size)
-    assert record["quartic"] == [] and not strongly_bent(record)  # why it was set aside
+    flat = _fixed_metric(plain, data, "laplace-curved-or-adapt", point, latent)
+    assert flat.name == "laplace-adapt" and flat.transform is None
+    assert np.shape(flat.inverse_mass) == (mean.size, mean.size)
+    assert flat.record["quartic"] == [] and not strongly_bent(flat.record)  # why set aside
     assert not strongly_bent({"straight": [[0.5, CURVED_MIN_QUARTIC * 0.99]]})
     assert not strongly_bent({"quartic": [], "straight": []})
