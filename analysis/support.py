@@ -90,11 +90,19 @@ class TrainingSupport:
         return np.where(out.any(axis=1), first * float(dt), np.inf)
 
 
+BLOCKS_WITHOUT_EPISODES = 8
+"""Contiguous blocks that states without an episode structure are cut into for the
+leave-one-block-out radius: a single episode, or a stored fit of bare arrays. Blocks of one
+episode are nearer each other than episodes are, so the radius is then at most the episodes'
+one: stricter."""
+
+
 def support_of_blocks(
     joint_types, blocks, *, quantile: float = DEFAULT_QUANTILE
 ) -> TrainingSupport:
     """The :class:`TrainingSupport` of training states given as ``blocks``: a list of ``(q, qd,
-    tau)``, each (M_b, n), one per episode. A single block is cut into 4 contiguous ones, so that
+    tau)``, each (M_b, n), one per episode. A single block (one episode, or states whose
+    episodes are not known) is cut into :data:`BLOCKS_WITHOUT_EPISODES` contiguous ones, so that
     leave-one-block-out distances exist.
 
     The radius is the ``quantile`` of the distances of every training state to the nearest state
@@ -107,7 +115,7 @@ def support_of_blocks(
         raise ValueError(f"quantile must be in (0, 1], got {quantile}")
     x = [state_inputs(joint_types, *b) for b in blocks]
     if len(x) == 1:
-        x = [b for b in np.array_split(x[0], 4) if len(b)]
+        x = [b for b in np.array_split(x[0], BLOCKS_WITHOUT_EPISODES) if len(b)]
     if len(x) < 2:
         raise ValueError("the training data need at least 2 states to define a support")
     allx = np.concatenate(x)
@@ -131,16 +139,19 @@ def training_support(train, *, quantile: float = DEFAULT_QUANTILE) -> TrainingSu
     return support_of_blocks(train.robot().joint_types, blocks, quantile=quantile)
 
 
-FIT_BLOCKS = 8
-"""A stored fit keeps its states concatenated, without episode boundaries: :func:`fit_support`
-cuts them into this many contiguous blocks instead."""
-
-
 def fit_support(result, *, quantile: float = DEFAULT_QUANTILE) -> TrainingSupport:
     """The :class:`TrainingSupport` of the states a stored fit (:class:`inference.FitResult`) was
-    fitted to, in :data:`FIT_BLOCKS` contiguous blocks. Neighbouring blocks may hold the same
-    episode, so the radius is at most that of the episodes: stricter."""
+    fitted to: that of the fitted dataset's episodes, as the fit recorded them
+    (``attrs["dataset"]["episode_lengths"]``, rows concatenated in episode order). A fit of
+    bare arrays records none; its states count as one episode (see
+    :data:`BLOCKS_WITHOUT_EPISODES`)."""
     data = result.data()
-    blocks = zip(*(np.array_split(data[k], FIT_BLOCKS) for k in ("q", "qd", "tau")), strict=True)
+    rows = len(data["q"])
+    lengths = (result.attrs.get("dataset") or {}).get("episode_lengths")
+    if lengths is not None and sum(lengths) == rows and min(lengths, default=0) > 0:
+        cuts = np.cumsum(lengths)[:-1]
+    else:
+        cuts = 1
+    blocks = zip(*(np.array_split(data[k], cuts) for k in ("q", "qd", "tau")), strict=True)
     blocks = [b for b in blocks if len(b[0])]
     return support_of_blocks(result.robot().joint_types, blocks, quantile=quantile)

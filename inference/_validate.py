@@ -54,6 +54,7 @@ def dataset_summary(dataset) -> dict:
         "joint_names": list(dataset.joint_names),
         "rate_hz": float(dataset.rate_hz),
         "n_episodes": len(dataset.episodes),
+        "episode_lengths": [len(ep.t) for ep in dataset.episodes],
         "n_samples": int(dataset.n_samples),
         "measured": list(dataset.measured),
         "estimated": list(dataset.estimated),

@@ -123,3 +123,34 @@ def test_heldout_band_split_by_support():
     ppc = heldout_ppc(model, Draws(), train, max_draws=50, support=support)
     assert ppc["outside_support"] == 0.0
     assert ppc["coverage_outside_support_per_joint"] is None
+
+
+@pytest.mark.standard_promotion  # runs NumPyro's SVI (tests/conftest.py)
+def test_a_stored_fit_keeps_the_episodes_its_support_is_built_from(tmp_path):
+    """A fit of a dataset records its episodes' lengths, so the support of the stored fit (after
+    a save and load) is that of the dataset's episodes; a fit of bare arrays has none recorded
+    and counts as one episode, cut into contiguous blocks (its radius then from those blocks)."""
+    from analysis.support import BLOCKS_WITHOUT_EPISODES, fit_support, support_of_blocks
+    from inference import fit_svi, load_result, save_result
+    from models import model_data
+
+    rng = np.random.default_rng(3)
+    q, qd, tau = _states(rng, 420)
+    ids = np.repeat([0, 1, 2], [100, 200, 120])  # unequal episodes
+    dataset = _dataset(q, qd, tau, episode_ids=ids)
+    model = build_model("nea", ROBOT, noise_scale=1.0)
+    fast = dict(key=0, steps=2, progress=False, num_predictive=0, log_likelihood=False)
+    save_result(fit_svi(model, dataset, **fast), tmp_path / "episodes.nc")
+    stored = load_result(tmp_path / "episodes.nc")
+    assert stored.attrs["dataset"]["episode_lengths"] == [100, 200, 120]
+    by_episode = training_support(dataset)
+    support = fit_support(stored)
+    assert support.radius == pytest.approx(by_episode.radius, rel=1e-12)
+    np.testing.assert_allclose(support.scale, by_episode.scale, rtol=1e-12)
+
+    arrays = fit_svi(model, model_data(dataset), **fast)
+    assert arrays.attrs["dataset"] is None
+    blocks = list(zip(*(np.array_split(x, BLOCKS_WITHOUT_EPISODES) for x in (q, qd, tau)), strict=True))
+    expected = support_of_blocks(ROBOT.joint_types, blocks).radius
+    assert fit_support(arrays).radius == pytest.approx(expected, rel=1e-12)
+    assert fit_support(arrays).radius != pytest.approx(by_episode.radius, rel=1e-3)
