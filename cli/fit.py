@@ -118,11 +118,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def completion_warning(posterior) -> str | None:
-    """A warning when some draws of an identifiable-geometry fit have no consistent body."""
-    if "completion_ok" not in posterior:
+def completion_warning(consistent) -> str | None:
+    """A warning when some draws of an identifiable-geometry fit have no consistent body;
+    ``consistent``: ``FitResult.consistent()``, (C, D) bool or None (draws not completed)."""
+    if consistent is None:
         return None
-    missed = 1.0 - float(posterior["completion_ok"].values.mean())
+    missed = 1.0 - float(consistent.mean())
     if missed <= 0:
         return None
     return (
@@ -250,7 +251,7 @@ def run(args) -> int:
             f"R-hat max {d['rhat_max']:.4f}, ESS bulk min {d['ess_bulk_min']:.0f}, "
             f"divergences {d['divergences']}, max tree depth hits {d['max_tree_depth_hits']}"
         )
-    warning = completion_warning(result.idata["posterior"])
+    warning = completion_warning(result.consistent())
     if warning:
         print(warning, file=sys.stderr)
     save_result(result, args.out)
