@@ -13,9 +13,8 @@ fits and scores a real model; tests pass cheap functions to exercise the engine.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
+import functools
 import json
 import math
 import os
@@ -26,15 +25,23 @@ from pathlib import Path
 
 from analysis.cells import fit_cell, grid_dataset_options
 from analysis.resources import release_compiled_programs, sweep_client
-from data.io import remove_stale_temporaries, write_json_atomic
+from data.io import file_lock, remove_stale_temporaries, write_json_atomic
 from inference import LBFGS, OPTIMIZERS, TRAIN_DTYPES
 from models import ModelSpec, variant_names
 from models.actuators import NETWORK_FORMAT, reshaped_since
-from models.variants import START_FORMAT, has_networks, start_changed_since
+from models.variants import (
+    START_FORMAT,
+    has_networks,
+    start_changed_since,
+    starts_from_white_box,
+)
 
 SYSTEMS = ("cartpole", "furuta")
 DATASET_KINDS = ("uniform", "trajectories", "hardware")
 CELL_SCHEMA = 2
+SHARED_STARTS = "white-box-starts"
+"""Folder (in a grid's output folder) of the white-box starts its weak-prior hybrid cells share
+(:func:`analysis.cells.grid_white_box_start`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,22 +209,48 @@ def get_settings(setting: str | BenchmarkSettings, **overrides) -> BenchmarkSett
 
 def submission_order(cells: list[dict]) -> list[dict]:
     """``cells`` in the order the workers get them: within each (seed, system, dataset) block of
-    the grid, the weak-prior variants after all the others (the order is otherwise kept).
+    the grid, the weak-prior variants after all the others, and among them the hybrids that
+    start from a white-box MAP (:func:`analysis.cells.grid_white_box_start`) alternating
+    between their families (the order is otherwise kept).
 
     A variant's two priors share their compiled programs (array constants are program arguments,
     ``cli.main.share_programs_across_constants``), but two workers that start ``X/informative``
-    and ``X/weak`` together, as the grid's order would have them, both compile them.
+    and ``X/weak`` together, as the grid's order would have them, both compile them. Two
+    workers that start two hybrids of one family together, one waits while the other fits
+    the start they share; alternating, each fits its family's, and the next hybrids load them.
     """
     blocks: dict[tuple, int] = {}
     for c in cells:
         blocks.setdefault((c["seed"], c["system"], c["dataset"]), len(blocks))
-    return sorted(
-        cells,
-        key=lambda c: (
+    families: dict[str, list[str]] = {}  # family -> its staged hybrids, in the grid's order
+    for c in cells:
+        spec = _spec(c["variant"])
+        if spec is not None and starts_from_white_box(spec):
+            hybrids = families.setdefault(spec.family, [])
+            if c["variant"] not in hybrids:
+                hybrids.append(c["variant"])
+    # (k-th hybrid of its family, family): one hybrid of every family, then the next of each
+    alternate = {
+        v: (k, f) for f, hybrids in enumerate(families.values()) for k, v in enumerate(hybrids)
+    }
+
+    def key(c):
+        weak = c["variant"].endswith("/weak")
+        return (
             blocks[c["seed"], c["system"], c["dataset"]],
-            c["variant"].endswith("/weak"),
-        ),
-    )
+            weak,
+            alternate.get(c["variant"], (-1, -1)) if weak else (-1, -1),
+        )
+
+    return sorted(cells, key=key)
+
+
+def _spec(variant: str) -> ModelSpec | None:
+    """The spec of a variant name; None for names the library does not know (tests' toy cells)."""
+    try:
+        return ModelSpec.parse(variant)
+    except ValueError:
+        return None
 
 
 def cell_id(system: str, dataset: str, variant: str, seed: int = 0) -> str:
@@ -363,24 +396,6 @@ def run_and_record(task: Callable[[], dict], path, *, schema, **fields) -> dict:
     return record
 
 
-@contextlib.contextmanager
-def _cell_lock(path: str, *, wait: bool):
-    """Hold an exclusive lock on cell ``path`` (``flock`` of the hidden ``.<id>.lock`` beside it);
-    yields False without waiting when another process (or run) holds it and ``wait`` is False.
-    The kernel releases the lock when its holder dies, so a killed run leaves no stale lock."""
-    lock_path = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")
-    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def _run_cell(
     cell_fn: Callable, cell: dict, settings: dict, path: str, wait: bool = False
 ) -> tuple[str, dict | None]:
@@ -390,7 +405,7 @@ def _run_cell(
     record for these settings (another run computed it); ``("busy", None)`` when another run holds
     the cell's lock and ``wait`` is False. Exceptions (not interrupts) of ``cell_fn`` become a
     record with status "error", which the next run retries."""
-    with _cell_lock(path, wait=wait) as locked:
+    with file_lock(path, wait=wait) as locked:
         if not locked:
             return "busy", None
         record = read_cell(path)
@@ -464,7 +479,9 @@ def run_benchmark(
             its fields (e.g. ``svi_steps=500``).
         systems, datasets, variants: the grid (defaults: 2 x 3 x 26 = 156 cells per dataset
             seed of the setting).
-        cell_fn: ``(cell, settings_dict) -> metrics dict``; default :func:`analysis.cells.fit_cell`.
+        cell_fn: ``(cell, settings_dict) -> metrics dict``; default :func:`analysis.cells.fit_cell`
+            with ``shared_dir=out_dir/white-box-starts`` (the weak-prior hybrids' white-box
+            starts, fitted once per family and dataset: :func:`analysis.cells.grid_white_box_start`).
             Must be importable by the workers (a module-level function) when ``processes``.
         scheduler: address of a running dask scheduler (``"tcp://host:8786"``); None starts a
             ``LocalCluster(n_workers, threads_per_worker=1, processes=processes)``.
@@ -483,9 +500,9 @@ def run_benchmark(
     settings = get_settings(setting, **overrides)
     settings_dict = settings.to_dict()
     grid = make_grid(systems=systems, datasets=datasets, variants=variants, seeds=settings.seeds)
-    if cell_fn is None:
-        cell_fn = fit_cell
     out_dir = Path(out_dir)
+    if cell_fn is None:
+        cell_fn = functools.partial(fit_cell, shared_dir=str(out_dir / SHARED_STARTS))
     cells_dir = out_dir / "cells"
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"benchmark output folder {str(out_dir)!r} is a file, not a folder")
@@ -497,6 +514,7 @@ def run_benchmark(
         ) from None
     # temporaries of killed runs only: another live run may be writing into the same folder
     remove_stale_temporaries(cells_dir)
+    remove_stale_temporaries(out_dir / SHARED_STARTS)
     write_json_atomic(out_dir / "settings.json", settings_dict)
 
     records: dict[str, dict] = {}

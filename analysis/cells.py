@@ -66,6 +66,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import os
 import time
 
 import jax
@@ -86,11 +88,13 @@ from analysis.rollouts import (
     true_rollout,
 )
 from data import generate_dataset
+from data.io import file_lock, write_json_atomic
 from data.simulate import DEFAULT_RATE_HZ, MEASUREMENT_NOISE
-from inference import fit_laplace, fit_nuts, fit_svi
+from inference import WhiteBoxStart, fit_laplace, fit_nuts, fit_svi, fit_white_box_start
 from inference.nuts import NOT_EXTENDABLE, model_target_accept
 from models import build_model, data_scales, model_data, nominal_torque_residual
 from models.identifiable import identifiable_where_possible
+from models.variants import START_FORMAT
 
 FIGURE1_START = {"cartpole": (0.0, 2.0), "furuta": (0.0, 2.0)}
 """Start state (q; qd = 0) of the uncontrolled Figure-1 rollouts: pendulum at 2 rad from hanging."""
@@ -114,6 +118,65 @@ def data_seed(cell: dict, base: int) -> int:
         tag += f":{cell['seed']}"
     digest = hashlib.sha256(tag.encode()).hexdigest()
     return int(digest[:8], 16)
+
+
+def white_box_start_seed(cell: dict, counterpart: str, base: int) -> int:
+    """The seed of a weak-prior hybrid cell's white-box start (``inference.fit_white_box_start``):
+    one per (system, dataset kind, dataset seed, white-box counterpart), so that the three hybrids
+    of a family (``nn-friction``, ``nn-residual``, ``ffnn``) start their rigid body from the same
+    MAP, fitted once per grid (:func:`grid_white_box_start`)."""
+    tag = f"{base}:{cell['system']}:{cell['dataset']}:{cell.get('seed', 0)}:{counterpart}"
+    return int(hashlib.sha256(f"white-box start:{tag}".encode()).hexdigest()[:8], 16)
+
+
+def grid_white_box_start(bm, train, cell: dict, settings: dict, *, shared_dir=None):
+    """The white-box start of a weak-prior hybrid cell (``inference.WhiteBoxStart``; None for
+    other variants): ``inference.fit_white_box_start`` with the cell's ensemble steps, rate and
+    dtype from :func:`white_box_start_seed`. With ``shared_dir`` it is fitted once per grid: the
+    first cell to ask fits it under a lock and stores it there
+    (``<system>__<kind>__<counterpart>__s<seed>.json``, atomically), the others load it (the same
+    values: JSON keeps float64 exactly). A stored start computed from other settings or data is
+    fitted again. Its record says whether it was ``loaded``."""
+    staged = bm.white_box_start() if hasattr(bm, "white_box_start") else None
+    if staged is None:
+        return None
+    counterpart = staged[0].spec.name
+    fields = {
+        "counterpart": counterpart,
+        "data": [list(x) if isinstance(x, tuple) else x for x in _data_key(cell, settings)],
+        "data_options": cell.get("data") or {},
+        "seed": white_box_start_seed(cell, counterpart, int(settings["seed"])),
+        "steps": int(settings["ensemble_steps"]),
+        "learning_rate": float(settings["learning_rate"]),
+        "train_dtype": settings["ensemble_dtype"],
+        "start_format": START_FORMAT,
+    }
+
+    def fit():
+        return fit_white_box_start(
+            bm, model_data(train), key=fields["seed"], steps=fields["steps"],
+            learning_rate=fields["learning_rate"], train_dtype=fields["train_dtype"],
+        )
+
+    if shared_dir is None:
+        start = fit()
+        return start._replace(record={**start.record, "loaded": False})
+    name = f"{cell['system']}__{cell['dataset']}__{counterpart.replace('/', '-')}"
+    path = os.path.join(os.fspath(shared_dir), f"{name}__s{cell.get('seed', 0)}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with file_lock(path, wait=True):
+        try:
+            with open(path) as f:
+                stored = json.load(f)
+        except (OSError, ValueError):
+            stored = None
+        if stored is not None and stored.get("fields") == fields:
+            values = {k: np.asarray(v, float) for k, v in stored["values"].items()}
+            return WhiteBoxStart(values, {**stored["record"], "loaded": True})
+        start = fit()
+        values = {k: np.asarray(v).tolist() for k, v in start.values.items()}
+        write_json_atomic(path, {"fields": fields, "values": values, "record": start.record})
+        return start._replace(record={**start.record, "loaded": False})
 
 
 def grid_dataset_options(kind: str) -> dict:
@@ -245,10 +308,13 @@ ENSEMBLE_ATTEMPTS = 2
 (cart-pole hardware-like ``diffnea/nn-residual/weak``: one of four)."""
 
 
-def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
+def fit_posterior(
+    bm, geometry: str, train, valid, settings: dict, *, key: int, white_box_start=None
+):
     """``(fit, posterior_info)``: the cell's posterior by the library's path for its variant
     (module docstring). ``posterior_info`` (JSON-able) records the method, convergence and why
-    not, the attempts and the sampler's diagnostics."""
+    not, the attempts and the sampler's diagnostics. ``white_box_start``: a weak-prior hybrid's
+    rigid-body start (:func:`grid_white_box_start`; None: ``fit_svi`` fits one from ``key``)."""
     md = model_data(train)
     # no theta completion of the identifiable geometry's draws in the fits: score_fit completes
     # only the draws it uses (a NUTS run completed 1,000-2,000 draws for the 100 it scores)
@@ -267,6 +333,7 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
             optimizer=settings["ensemble_optimizer"],
             min_delta=float(settings["ensemble_min_delta"]),
             train_dtype=settings["ensemble_dtype"],
+            white_box_start=white_box_start,
         )
         restarts, attempts = None, 0  # fit_svi's default number of members first
         while True:  # fewer than two members that did not fail: twice the members, a new key
@@ -425,8 +492,9 @@ def fit_posterior(bm, geometry: str, train, valid, settings: dict, *, key: int):
     return fit, info
 
 
-def fit_cell(cell: dict, settings: dict) -> dict:
-    """Fit ``cell["variant"]``'s posterior on the cell's training episodes and score it."""
+def fit_cell(cell: dict, settings: dict, *, shared_dir=None) -> dict:
+    """Fit ``cell["variant"]``'s posterior on the cell's training episodes and score it.
+    ``shared_dir``: where the grid keeps what its cells share (:func:`grid_white_box_start`)."""
     seed = cell_seed(cell, int(settings["seed"]))
     data_key = _data_key(cell, settings)
     dataset, train, valid, test = cell_data(*data_key)
@@ -441,7 +509,10 @@ def fit_cell(cell: dict, settings: dict) -> dict:
     bm = build_model(cell["variant"], robot, scales=scales, **options)
     bm, geometry = identifiable_where_possible(bm)
     start = time.perf_counter()
-    fit, info = fit_posterior(bm, geometry, train, valid, settings, key=seed)
+    white_box = grid_white_box_start(bm, train, cell, settings, shared_dir=shared_dir)
+    fit, info = fit_posterior(
+        bm, geometry, train, valid, settings, key=seed, white_box_start=white_box
+    )
     fit_seconds = time.perf_counter() - start
     truth = _cached_truth(
         *data_key, rollout_steps(settings), int(settings.get("rollout_starts", 1))

@@ -10,6 +10,7 @@ the arrays and of the rest of ``meta`` (:func:`checksum_arrays`), verified on lo
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -157,6 +158,26 @@ def write_atomic(
             os.unlink(tmp)
         raise
     return path
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike, *, wait: bool):
+    """Hold an exclusive lock on ``path`` (``flock`` of the hidden ``.<name>.lock`` beside it);
+    yields False without waiting when another process (or thread's descriptor) holds it and
+    ``wait`` is False. The kernel releases the lock when its holder dies, so a killed run
+    leaves no stale lock. The grid's cells and shared starts are computed under it."""
+    path = os.fspath(path)
+    lock_path = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")
+    fd = os.open(lock_path, os.O_CREAT | os.O_RDWR, FILE_MODE)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, **kwargs) -> str:

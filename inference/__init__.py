@@ -4,6 +4,8 @@ Public API::
 
     fit_svi(bayes_model, data, *, key, guide="auto", steps=3000, ...) -> FitResult
     default_guide(bayes_model) -> "ensemble" (network weights) | "delta"
+    fit_white_box_start(bayes_model, data, *, key, steps, ...) -> WhiteBoxStart | None
+                                        # a weak-prior hybrid's rigid-body start, shareable
     fit_nuts(bayes_model, data, *, key, num_warmup=1000, num_samples=1000, num_chains=2,
              init=None, metric="auto" | "adapt" | "laplace" | "softplus-adapt" | array, ...)
     laplace_inverse_mass(bayes_model, data, point) -> (d, d)   # the Laplace NUTS metric
@@ -30,9 +32,11 @@ from inference.svi import (
     SCHEDULES,
     TRAIN_DTYPES,
     ConvergenceReport,
+    WhiteBoxStart,
     convergence_report,
     default_guide,
     fit_svi,
+    fit_white_box_start,
     make_optimizer,
 )
 
@@ -44,11 +48,13 @@ __all__ = [
     "TRAIN_DTYPES",
     "ConvergenceReport",
     "FitResult",
+    "WhiteBoxStart",
     "convergence_report",
     "default_guide",
     "fit_laplace",
     "fit_nuts",
     "fit_svi",
+    "fit_white_box_start",
     "laplace_inverse_mass",
     "load_result",
     "make_optimizer",

@@ -386,7 +386,7 @@ def _start_points(bayes_model, key, restarts: int):
 
 
 WHITE_BOX_RESTARTS = 4
-"""Prior draws the white-box start (:func:`_white_box_start`) is fitted from; the lowest loss
+"""Prior draws the white-box start (:func:`fit_white_box_start`) is fitted from; the lowest loss
 after the restart steps continues (``fit_svi``'s ``restarts``). From one draw, two quick-grid
 cells started their every member in a poor mode: Furuta trajectories ``diffnea/ffnn/weak`` and
 Furuta uniform ``nokin-diffnea/nn-friction/weak`` (seed 1; held-out NMSE 0.59 and 0.45 with
@@ -394,15 +394,29 @@ L-BFGS members); from four, 0.0006 and 1.2e-6 with the grid's Adam members (docs
 measurements.md, "The white-box start from four prior draws")."""
 
 
-def _white_box_start(
-    bayes_model, observations, *, key, steps, learning_rate, train_dtype, progress
-):
-    """``(values, record)``: the rigid-body start of a model whose ``white_box_start()`` names
-    one (``models.BayesianModel.white_box_start``: weak-prior hybrids), the Newton-polished MAP
-    of its white-box counterpart, the best of :data:`WHITE_BOX_RESTARTS` prior draws; None
-    otherwise. ``record`` (JSON-able) names the counterpart, holds the restarts' scores and
-    says whether its MAP was a checked stationary point."""
-    staged = bayes_model.white_box_start()
+class WhiteBoxStart(NamedTuple):
+    """Where a weak-prior hybrid starts its rigid body (:func:`fit_white_box_start`).
+
+    ``values``: ``{site: array}`` of the white-box counterpart's MAP (the family's latent
+    sites); ``record`` (JSON-able): ``variant`` (the counterpart's name), ``sites``,
+    ``restarts`` (its restarts' scores), ``map_converged`` and ``seconds`` (the fit's time)."""
+
+    values: dict
+    record: dict
+
+
+def fit_white_box_start(
+    bayes_model, observations, *, key, steps, learning_rate=1e-2, train_dtype=None,
+    progress=False,
+) -> WhiteBoxStart | None:
+    """The rigid-body start of a model whose ``white_box_start()`` names one
+    (``models.BayesianModel.white_box_start``: weak-prior hybrids): the Newton-polished MAP of
+    its white-box counterpart, the best of :data:`WHITE_BOX_RESTARTS` prior draws after
+    ``restart_steps``, ``steps`` SVI steps in ``train_dtype`` from ``key``; None for other
+    models. It depends on the counterpart and the data only, so the hybrids of one dataset
+    that share a counterpart (``nn-friction``, ``nn-residual``, ``ffnn`` actuators) can share
+    it (``fit_svi``'s ``white_box_start``)."""
+    staged = bayes_model.white_box_start() if hasattr(bayes_model, "white_box_start") else None
     if staged is None:
         return None
     model, sites = staged
@@ -427,7 +441,24 @@ def _white_box_start(
         "map_converged": bool((fit.attrs.get("convergence") or {}).get("converged")),
         "seconds": time.perf_counter() - started,
     }
-    return point_values(fit, sites), record
+    return WhiteBoxStart(point_values(fit, sites), record)
+
+
+def _check_white_box_start(bayes_model, start: WhiteBoxStart) -> None:
+    """ValueError unless ``start`` is a start of ``bayes_model``'s white-box counterpart."""
+    staged = bayes_model.white_box_start() if hasattr(bayes_model, "white_box_start") else None
+    if staged is None:
+        raise ValueError(
+            f"white_box_start: {bayes_model.name!r} does not start from a white-box MAP "
+            "(only weak-prior hybrids with a rigid body do)"
+        )
+    model, sites = staged
+    if start.record.get("variant") != model.spec.name or set(start.values) != set(sites):
+        raise ValueError(
+            f"white_box_start: {bayes_model.name!r} starts from a MAP of {model.spec.name!r} "
+            f"over sites {list(sites)}; got one of {start.record.get('variant')!r} over "
+            f"{sorted(start.values)}"
+        )
 
 
 def _init_starts(bayes_model, make_guide, opt, elbo, data, *, key, starts, model_kwargs):
@@ -912,6 +943,7 @@ def fit_svi(
     init=None,
     restarts: int | None = None,
     restart_steps: int | None = None,
+    white_box_start: WhiteBoxStart | None = None,
     resume: FitResult | None = None,
     validation=None,
     output_layer: str = "auto",
@@ -960,13 +992,17 @@ def fit_svi(
             (``bayes_model.start_sample``; noise scales at their prior medians), never at the
             prior mean, where network gradients and weak-prior placement gradients vanish; a
             weak-prior hybrid's rigid body starts at the Newton-polished MAP of its white-box
-            counterpart (``bayes_model.white_box_start()``, :func:`_white_box_start`; recorded
-            in ``attrs["settings"]["white_box_start"]``).
+            counterpart (``bayes_model.white_box_start()``, :func:`fit_white_box_start`;
+            recorded in ``attrs["settings"]["white_box_start"]``).
         restarts: number of prior draws to start from (default 4 where the model has networks
             or learned placements, ``bayes_model.multimodal_start``, else 1); each runs
             ``restart_steps`` (default a tenth of the steps, at least 100) in one vmapped
             program, the best (lowest loss) continues. Recorded in ``attrs["restarts"]``.
             With the ``"ensemble"`` guide: its members, each run for every step.
+        white_box_start: a weak-prior hybrid's rigid-body start already fitted
+            (:func:`fit_white_box_start` of this model and data; the grid shares one among the
+            hybrids of a dataset); None fits it here, from a key split from ``key``. Not with
+            ``init`` or ``resume``.
         resume: an SVI ``FitResult`` of the same variant, guide and data to continue from (its
             stored optimiser state, optimiser settings and loss trace); ``steps`` more are run.
         validation: held-out data (``ModelData`` or a ``data.Dataset``, e.g. the validation
@@ -1032,7 +1068,8 @@ def fit_svi(
 
     Raises:
         ValueError: bad data for the robot (joint count, empty, NaN), unknown guide, optimiser or
-            schedule, a ``resume`` result that does not match.
+            schedule, a ``resume`` result that does not match, a ``white_box_start`` of
+            another counterpart.
     """
     observations, data, summary = fit_inputs(bayes_model, data)
     check_choice("guide", guide, GUIDES)
@@ -1048,6 +1085,13 @@ def fit_svi(
         )
     check_choice("optimizer", optimizer, (*OPTIMIZERS, LBFGS))
     check_choice("tails", tails, TAILS)
+    if white_box_start is not None:
+        if resume is not None or init is not None:
+            raise ValueError(
+                "white_box_start places the rigid body of a fit that starts from prior draws; "
+                "it does not apply with init or resume"
+            )
+        _check_white_box_start(bayes_model, white_box_start)
     df_sites = _df_sites(bayes_model)
     profiles = guide == "ensemble" and optimizer != LBFGS and bool(df_sites)
     if tails == "auto":
@@ -1198,8 +1242,8 @@ def fit_svi(
         inits = [init_to_value(values=for_steps(values))]
     else:
         starts = _start_points(bayes_model, k_start, restarts)
-        staged = (
-            _white_box_start(
+        if white_box_start is None and starts is not None:
+            white_box_start = fit_white_box_start(
                 bayes_model,
                 observations,
                 key=jax.random.fold_in(k_start, 1),
@@ -1208,11 +1252,9 @@ def fit_svi(
                 train_dtype=train_dtype,
                 progress=progress,
             )
-            if starts is not None and hasattr(bayes_model, "white_box_start")
-            else None
-        )
-        if staged is not None:
-            values, settings["white_box_start"] = staged
+        if white_box_start is not None and starts is not None:
+            values = white_box_start.values
+            settings["white_box_start"] = dict(white_box_start.record)
             starts = [
                 {**p, **{k: jnp.asarray(v, p[k].dtype) for k, v in values.items()}} for p in starts
             ]

@@ -409,10 +409,12 @@ def _noise_sites(spec: ModelSpec, likelihood, prior: Prior, scales: Scales):
     return tuple(sites)
 
 
-START_FORMAT = 3
+START_FORMAT = 4
 """Version of where inference starts a model: 2 since weak-prior hybrids start their rigid body
 at the white-box MAP (:meth:`BayesianModel.white_box_start`), 3 since that MAP is fitted from
-the best of several prior draws (``inference.svi.WHITE_BOX_RESTARTS``). Grid cells record it; a
+the best of several prior draws (``inference.svi.WHITE_BOX_RESTARTS``), 4 since the grid fits it
+once per (system, dataset, dataset seed, counterpart) from a key of its own, shared by the
+hybrids of a family (``analysis.cells.grid_white_box_start``). Grid cells record it; a
 resumed grid computes again the cells whose start has changed since
 (:func:`start_changed_since`)."""
 

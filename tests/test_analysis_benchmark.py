@@ -139,8 +139,9 @@ def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_ste
 
 def test_submission_order_starts_a_variants_weak_prior_after_its_block():
     """Within each (seed, system, dataset) block every weak-prior cell comes after every other
-    cell (so ``X/weak`` does not start beside ``X/informative``, whose programs it shares);
-    the blocks keep the grid's order (seed outermost) and no cell is lost or repeated."""
+    cell (so ``X/weak`` does not start beside ``X/informative``, whose programs it shares), the
+    weak hybrids alternating between the families whose white-box start they share; the blocks
+    keep the grid's order (seed outermost) and no cell is lost or repeated."""
     grid = make_grid(seeds=(0, 1))  # the 26 DiffNEA variants
     order = submission_order(grid)
     assert sorted(c["id"] for c in order) == sorted(c["id"] for c in grid)
@@ -152,6 +153,15 @@ def test_submission_order_starts_a_variants_weak_prior_after_its_block():
         assert [c for c in order[k : k + 26] if not c["variant"].endswith("/weak")] == [
             c for c in grid[k : k + 26] if not c["variant"].endswith("/weak")
         ]
+        # the hybrids that share a white-box start per family alternate between the families
+        staged = [
+            c["variant"].split("/")
+            for c in order[k : k + 26]
+            if c["variant"].endswith("/weak")
+            and c["variant"].split("/")[1] in ("nn-friction", "nn-residual", "ffnn")
+        ]
+        assert [v[0] for v in staged] == ["nokin-diffnea", "diffnea"] * 3
+        assert [v[1] for v in staged[::2]] == ["nn-friction", "nn-residual", "ffnn"]
 
 
 def test_full_grid_runs_and_resumes(tmp_path, cell_module):

@@ -233,3 +233,54 @@ def test_a_curved_nuts_run_short_of_r_hat_runs_again_instead_of_extending(monkey
     assert [c["target_accept"] for c in calls] == [0.95, 0.95]
     assert [c["num_warmup"] for c in calls] == [100, 200]
     assert not info["converged"] and "R-hat" in info["reason"]
+
+
+def test_weak_hybrids_of_a_family_share_one_white_box_start(tmp_path, monkeypatch):
+    """The grid fits a weak-prior hybrid's white-box start (the MAP of its ``viscous``
+    counterpart) once per (system, dataset, seed, counterpart): the ``nn-friction`` cell fits and
+    stores it, the ``ffnn`` cell of the same family loads it, and what it loads equals what
+    fitting it afresh for the ``ffnn`` cell gives (the start depends on the counterpart and the
+    data, not on the hybrid). Another family, or the same start under other settings, is fitted
+    (not loaded); a start of another counterpart is refused by ``fit_svi``."""
+    from analysis import cells
+    from inference import WhiteBoxStart, fit_svi
+
+    grid = make_grid(
+        systems=("cartpole",),
+        datasets=("uniform",),
+        variants=("diffnea/nn-friction/weak", "diffnea/ffnn/weak", "nokin-diffnea/ffnn/weak"),
+    )
+    dataset, train, _, _ = cells.cell_data(*cells._data_key(grid[0], SETTINGS))
+    robot = dataset.robot()
+    scales = cells.grid_scales(grid[0], SETTINGS)
+    models = [build_model(c["variant"], robot, scales=scales) for c in grid]
+    shared = tmp_path / "starts"
+
+    first = cells.grid_white_box_start(models[0], train, grid[0], SETTINGS, shared_dir=shared)
+    assert first.record["variant"] == "diffnea/viscous/weak" and not first.record["loaded"]
+    assert [p.name for p in shared.glob("*.json")] == [
+        "cartpole__uniform__diffnea-viscous-weak__s0.json"
+    ]
+    loaded = cells.grid_white_box_start(models[1], train, grid[1], SETTINGS, shared_dir=shared)
+    assert loaded.record["loaded"]
+    afresh = cells.grid_white_box_start(models[1], train, grid[1], SETTINGS)
+    assert not afresh.record["loaded"]
+    assert set(loaded.values) == set(afresh.values) == {"inertia_z"}
+    np.testing.assert_array_equal(loaded.values["inertia_z"], afresh.values["inertia_z"])
+    np.testing.assert_array_equal(loaded.values["inertia_z"], first.values["inertia_z"])
+
+    fitted = []  # which starts are fitted rather than loaded (a stand-in for the fit)
+    monkeypatch.setattr(
+        cells,
+        "fit_white_box_start",
+        lambda bm, md, **k: fitted.append((bm.name, k["steps"])) or first,
+    )
+    cells.grid_white_box_start(models[2], train, grid[2], SETTINGS, shared_dir=shared)
+    longer = dict(SETTINGS, ensemble_steps=SETTINGS["ensemble_steps"] + 10)
+    cells.grid_white_box_start(models[1], train, grid[1], longer, shared_dir=shared)
+    cells.grid_white_box_start(models[1], train, grid[1], longer, shared_dir=shared)
+    steps = SETTINGS["ensemble_steps"]
+    assert fitted == [("nokin-diffnea/ffnn/weak", steps), ("diffnea/ffnn/weak", steps + 10)]
+    alien = WhiteBoxStart(first.values, {"variant": "nokin-diffnea/viscous/weak"})
+    with pytest.raises(ValueError, match="starts from a MAP of 'diffnea/viscous/weak'"):
+        fit_svi(models[1], model_data(train), key=0, white_box_start=alien, steps=2)

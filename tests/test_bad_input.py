@@ -29,7 +29,6 @@ import data
 import data.io as dio
 from analysis.benchmark import (
     CELL_SCHEMA,
-    _cell_lock,
     cell_id,
     get_settings,
     make_grid,
@@ -1124,7 +1123,7 @@ def test_a_run_waits_for_a_cell_another_run_holds(tmp_path, monkeypatch):
     path = str(out / "cells" / f"{held}.json")
     settings = get_settings("tiny").to_dict()
     result = {}
-    with _cell_lock(path, wait=False) as locked:
+    with dio.file_lock(path, wait=False) as locked:
         assert locked
         sweep = threading.Thread(
             target=lambda: result.update(
