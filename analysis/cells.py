@@ -129,7 +129,9 @@ def white_box_start_seed(cell: dict, counterpart: str, base: int) -> int:
     return int(hashlib.sha256(f"white-box start:{tag}".encode()).hexdigest()[:8], 16)
 
 
-def grid_white_box_start(bm, train, cell: dict, settings: dict, *, shared_dir=None):
+def grid_white_box_start(
+    bm, train, cell: dict, settings: dict, *, shared_dir=None
+) -> WhiteBoxStart | None:
     """The white-box start of a weak-prior hybrid cell (``inference.WhiteBoxStart``; None for
     other variants): ``inference.fit_white_box_start`` with the cell's ensemble steps, rate and
     dtype from :func:`white_box_start_seed`. With ``shared_dir`` it is fitted once per grid: the
