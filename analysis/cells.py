@@ -162,23 +162,23 @@ def grid_white_box_start(
 
     if shared_dir is None:
         start = fit()
-        return start._replace(record={**start.record, "loaded": False})
-    name = f"{cell['system']}__{cell['dataset']}__{counterpart.replace('/', '-')}"
-    path = os.path.join(os.fspath(shared_dir), f"{name}__s{cell.get('seed', 0)}.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with file_lock(path, wait=True):
-        try:
-            with open(path) as f:
-                stored = json.load(f)
-        except (OSError, ValueError):
-            stored = None
-        if stored is not None and stored.get("fields") == fields:
-            values = {k: np.asarray(v, float) for k, v in stored["values"].items()}
-            return WhiteBoxStart(values, {**stored["record"], "loaded": True})
-        start = fit()
-        values = {k: np.asarray(v).tolist() for k, v in start.values.items()}
-        write_json_atomic(path, {"fields": fields, "values": values, "record": start.record})
-        return start._replace(record={**start.record, "loaded": False})
+    else:
+        name = f"{cell['system']}__{cell['dataset']}__{counterpart.replace('/', '-')}"
+        path = os.path.join(os.fspath(shared_dir), f"{name}__s{cell.get('seed', 0)}.json")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with file_lock(path, wait=True):
+            try:
+                with open(path) as f:
+                    stored = json.load(f)
+            except (OSError, ValueError):
+                stored = None
+            if stored is not None and stored.get("fields") == fields:
+                values = {k: np.asarray(v, float) for k, v in stored["values"].items()}
+                return WhiteBoxStart(values, {**stored["record"], "loaded": True})
+            start = fit()
+            values = {k: np.asarray(v).tolist() for k, v in start.values.items()}
+            write_json_atomic(path, {"fields": fields, "values": values, "record": start.record})
+    return start._replace(record={**start.record, "loaded": False})
 
 
 def grid_dataset_options(kind: str) -> dict:

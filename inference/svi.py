@@ -405,18 +405,23 @@ class WhiteBoxStart(NamedTuple):
     record: dict
 
 
+def _white_box_counterpart(bayes_model):
+    """``bayes_model.white_box_start()`` (``(counterpart model, sites)``), None where the model
+    names none or has no such method (any object with the model protocol)."""
+    return bayes_model.white_box_start() if hasattr(bayes_model, "white_box_start") else None
+
+
 def fit_white_box_start(
     bayes_model, observations, *, key, steps, learning_rate=1e-2, train_dtype=None,
     progress=False,
 ) -> WhiteBoxStart | None:
     """The rigid-body start of a model whose ``white_box_start()`` names one
     (``models.BayesianModel.white_box_start``: weak-prior hybrids): the Newton-polished MAP of
-    its white-box counterpart, the best of :data:`WHITE_BOX_RESTARTS` prior draws after
-    ``restart_steps``, ``steps`` SVI steps in ``train_dtype`` from ``key``; None for other
-    models. It depends on the counterpart and the data only, so the hybrids of one dataset
+    its white-box counterpart after ``steps`` SVI steps in ``train_dtype`` from ``key``,
+    continuing the best of :data:`WHITE_BOX_RESTARTS` prior draws; None for other models. It depends on the counterpart and the data only, so the hybrids of one dataset
     that share a counterpart (``nn-friction``, ``nn-residual``, ``ffnn`` actuators) can share
     it (``fit_svi``'s ``white_box_start``)."""
-    staged = bayes_model.white_box_start() if hasattr(bayes_model, "white_box_start") else None
+    staged = _white_box_counterpart(bayes_model)
     if staged is None:
         return None
     model, sites = staged
@@ -446,7 +451,7 @@ def fit_white_box_start(
 
 def _check_white_box_start(bayes_model, start: WhiteBoxStart) -> None:
     """ValueError unless ``start`` is a start of ``bayes_model``'s white-box counterpart."""
-    staged = bayes_model.white_box_start() if hasattr(bayes_model, "white_box_start") else None
+    staged = _white_box_counterpart(bayes_model)
     if staged is None:
         raise ValueError(
             f"white_box_start: {bayes_model.name!r} does not start from a white-box MAP "
