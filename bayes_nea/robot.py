@@ -127,6 +127,39 @@ class Robot:
         """A copy with fields replaced (``dataclasses.replace``), validated again."""
         return dataclasses.replace(self, **changes)
 
+    def _value_key(self) -> tuple | None:
+        """Every field by value (the nominal parameters by dtype, shape and bytes; the rest by
+        ``repr``, exact for their strings, ints, bools and floats); None while the nominal
+        parameters are tracers (a robot passed through ``jit`` as an argument). Computed once."""
+        key = self.__dict__.get("_key")
+        if key is None:
+            leaves = tuple(self.nominal)
+            if any(isinstance(x, jax.core.Tracer) for x in leaves):
+                return None
+            arrays = tuple((a.dtype.str, a.shape, a.tobytes()) for a in map(np.asarray, leaves))
+            meta = repr(tuple(getattr(self, f) for f in _META_FIELDS))
+            key = self.__dict__["_key"] = (meta, arrays)
+        return key
+
+    def __eq__(self, other) -> bool:
+        """Equal robots have equal fields and equal nominal parameters (not only the same object).
+
+        JAX's caches key on static arguments by hash and equality: the robot is static to every
+        traced algorithm (:func:`bayes_nea.tree.traced_once`). By value, a robot loaded again (a
+        dataset's, a model's z-axis form) reuses the jaxprs, and the transformations of them
+        (``vmap``, ``grad``), that an equal robot traced; by identity each one traced them anew
+        (about 6 s of a learned-kinematics Hessian's trace: docs/measurements.md)."""
+        if self is other:
+            return True
+        if not isinstance(other, Robot):
+            return NotImplemented
+        mine, theirs = self._value_key(), other._value_key()
+        return mine is not None and mine == theirs
+
+    def __hash__(self) -> int:
+        key = self._value_key()
+        return id(self) if key is None else hash(key)
+
     def __post_init__(self):
         n = len(self.joint_names)
         for field in (
@@ -175,11 +208,9 @@ class Robot:
                 )
 
 
-jax.tree_util.register_dataclass(
-    Robot,
-    data_fields=["nominal"],
-    meta_fields=[f.name for f in dataclasses.fields(Robot) if f.name != "nominal"],
-)
+_META_FIELDS = tuple(f.name for f in dataclasses.fields(Robot) if f.name != "nominal")
+
+jax.tree_util.register_dataclass(Robot, data_fields=["nominal"], meta_fields=list(_META_FIELDS))
 
 
 def make_robot(

@@ -1,6 +1,7 @@
 """URDF loading (order, merging, export) and the errors that bad input gets."""
 
 import dataclasses
+import pickle
 
 import jax
 import jax.numpy as jnp
@@ -202,3 +203,44 @@ def test_robot_is_a_pytree_for_jit():
     M = f(robot, jnp.zeros(2))
     heavier = robot.replace(nominal=robot.nominal._replace(theta=2 * robot.nominal.theta))
     np.testing.assert_allclose(f(heavier, jnp.zeros(2)), 2 * M, rtol=1e-12)
+
+
+def test_robots_are_equal_by_value():
+    robot = bn.furuta()
+    again = [
+        bn.furuta(),
+        bn.robot_from_dict(bn.robot_to_dict(robot)),
+        pickle.loads(pickle.dumps(robot)),
+    ]
+    for other in again:
+        assert other is not robot and other == robot and hash(other) == hash(robot)
+    heavier = robot.replace(nominal=robot.nominal._replace(theta=2 * robot.nominal.theta))
+    tilted = robot.replace(gravity=(0.0, -9.81, 0.0))
+    assert heavier != robot and tilted != robot and bn.cartpole() != robot
+    assert len({robot, *again, heavier, tilted}) == 3
+
+    seen = []  # a robot passed through jit as an argument (traced parameters) equals only itself
+    jax.jit(lambda r: seen.append(r) or r.nominal.theta.sum())(robot)
+    assert seen[0] == seen[0] and seen[0] != robot and robot != seen[0]
+
+
+def test_equal_robots_share_the_traced_dynamics():
+    """A robot loaded again reuses the jaxpr that an equal robot's dynamics traced (the robot is
+    a static argument of every traced algorithm), so transformations of it are cached too."""
+    q = jnp.zeros(2)
+
+    def inner_jaxpr(robot):
+        (eqn,) = [
+            e
+            for e in jax.make_jaxpr(lambda x: bn.rnea(robot, x, x, x))(q).eqns
+            if "jaxpr" in e.params
+        ]
+        return eqn.params["jaxpr"]
+
+    first = inner_jaxpr(bn.furuta())
+    assert inner_jaxpr(bn.furuta()) is first
+    assert inner_jaxpr(bn.robot_from_dict(bn.robot_to_dict(bn.furuta()))) is first
+    heavier = bn.furuta().replace(
+        nominal=bn.furuta().nominal._replace(theta=2 * bn.furuta().nominal.theta)
+    )
+    assert inner_jaxpr(heavier) is not first
