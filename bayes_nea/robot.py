@@ -3,7 +3,8 @@
 ``Robot`` is a frozen dataclass registered as a JAX pytree: its only leaves are the nominal
 :class:`RobotParams`; everything else (names, parents, joint kinds, axes, URDF joint data) is
 hashable static structure, so ``jax.jit(rnea)(robot, q, qd, qdd)`` works and the tree is unrolled
-at trace time.
+at trace time. Robots compare and hash by value (fields and nominal parameters), so an equal
+robot built again shares what JAX traced for the first.
 
 Bodies and movable joints share one index ``i`` (body ``i`` is the child of joint ``i``); joint
 order is Pinocchio's (depth-first over the URDF tree). ``parents[i]`` is the parent body's index,
