@@ -140,8 +140,8 @@ SETTINGS = {
         controller_seconds=0.0,
     ),
     # a warm dataset seed: 69 min wall on 2 cores with float32 ensemble members (156 cells;
-    # docs/measurements.md); with the shared white-box starts and robots equal by value an
-    # estimated 58-62 with the default float64 members: over issue 13's 45
+    # docs/measurements.md); with float64 members its cart-pole half alone took 35 min
+    # (2026-12-01), a whole seed about 75-80: over issue 13's 45
     "quick": BenchmarkSettings(name="quick", seeds=(0, 1, 2)),
     "full": BenchmarkSettings(
         name="full",
