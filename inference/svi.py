@@ -418,9 +418,10 @@ def fit_white_box_start(
     """The rigid-body start of a model whose ``white_box_start()`` names one
     (``models.BayesianModel.white_box_start``: weak-prior hybrids): the Newton-polished MAP of
     its white-box counterpart after ``steps`` SVI steps in ``train_dtype`` from ``key``,
-    continuing the best of :data:`WHITE_BOX_RESTARTS` prior draws; None for other models. It depends on the counterpart and the data only, so the hybrids of one dataset
-    that share a counterpart (``nn-friction``, ``nn-residual``, ``ffnn`` actuators) can share
-    it (``fit_svi``'s ``white_box_start``)."""
+    continuing the best of :data:`WHITE_BOX_RESTARTS` prior draws; None for other models. It
+    depends on the counterpart and the data only, so the hybrids of one dataset that share a
+    counterpart (``nn-friction``, ``nn-residual``, ``ffnn`` actuators) can share it
+    (``fit_svi``'s ``white_box_start``)."""
     staged = _white_box_counterpart(bayes_model)
     if staged is None:
         return None
