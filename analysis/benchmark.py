@@ -29,11 +29,11 @@ from data.io import file_lock, remove_stale_temporaries, write_json_atomic
 from inference import LBFGS, OPTIMIZERS, TRAIN_DTYPES
 from models import ModelSpec, variant_names
 from models.actuators import NETWORK_FORMAT, reshaped_since
+from models.spec import WHITE_BOX_FAMILIES
 from models.variants import (
     START_FORMAT,
     has_networks,
     start_changed_since,
-    starts_from_white_box,
 )
 
 SYSTEMS = ("cartpole", "furuta")
@@ -208,42 +208,91 @@ def get_settings(setting: str | BenchmarkSettings, **overrides) -> BenchmarkSett
     return dataclasses.replace(base, **overrides)
 
 
-def submission_order(cells: list[dict]) -> list[dict]:
-    """``cells`` in the order the workers get them: within each (seed, system, dataset) block of
-    the grid, the weak-prior variants after all the others, and among them the hybrids that
-    start from a white-box MAP (:func:`analysis.cells.grid_white_box_start`) alternating
-    between their families (the order is otherwise kept).
+# the order in which :func:`work_groups` hands out a seed's groups: the costliest first, so that
+# the cheap ones fill the end of the seed (summed cell seconds of a group, cart-pole half of seed 2
+# with float64 members, 2026-12-01: network actuators 230-850 s, learned kinematics without
+# networks ~210 s, DiffNEA white-box 90-170 s, the black box ~90 s, NEA ~26 s)
+_ACTUATOR_RANK = {"nn-residual": 0, "nn-friction": 1, "ffnn": 2}
 
-    A variant's two priors share their compiled programs (array constants are program arguments,
-    ``cli.main.share_programs_across_constants``), but two workers that start ``X/informative``
-    and ``X/weak`` together, as the grid's order would have them, both compile them. Two
-    workers that start two hybrids of one family together, one waits while the other fits
-    the start they share; alternating, each fits its family's, and the next hybrids load them.
+
+def _group_rank(variant: str) -> tuple:
+    spec = _spec(variant)
+    if spec is None:  # a name the library does not know (tests' toy cells): after the others
+        return (9,)
+    if spec.actuator in _ACTUATOR_RANK and spec.family in WHITE_BOX_FAMILIES:
+        return (0, _ACTUATOR_RANK[spec.actuator])
+    if spec.family == "nokin-diffnea":
+        return (1,)
+    if spec.family == "diffnea":
+        return (2,)
+    return (3,) if has_networks(spec) else (4,)
+
+
+def _group_key(cell: dict) -> tuple:
+    """(seed, system, variant without its prior): the cells one task runs in a row."""
+    parts = cell["variant"].split("/")
+    return (cell["seed"], cell["system"], "/".join(parts[:2]) if len(parts) == 3 else parts[0])
+
+
+def work_groups(cells: list[dict]) -> list[list[dict]]:
+    """``cells`` cut into the tasks a worker runs one after the other, in submission order.
+
+    A group is one (seed, system, family, actuator): both priors of a variant on every dataset
+    kind, informative before weak, each in the grid's order. Its cells share what one process
+    traced and compiled for the first: a variant's priors and a system's kinds differ only in
+    array constants, which the command line lowers as program arguments
+    (``cli.main.share_programs_across_constants``), and equal robots share their traced
+    dynamics. Cells handed out one by one went to whichever worker was free, so each worker
+    compiled most variants.
+
+    Order: dataset seed outermost (a run stopped early has whole seeds), then within a seed the
+    costliest groups first (network hybrids, then learned kinematics, the DiffNEA white box, the
+    black box, NEA), so that the cheapest fill its end; the hybrids' groups alternate between
+    the two families, whose weak-prior cells each fit or load their family's white-box start
+    (:func:`analysis.cells.grid_white_box_start`), so two workers seldom wait on the same one.
+    The grid's order is kept otherwise, and no cell is lost or repeated.
     """
-    blocks: dict[tuple, int] = {}
+    groups: dict[tuple, list[dict]] = {}
     for c in cells:
-        blocks.setdefault((c["seed"], c["system"], c["dataset"]), len(blocks))
-    families: dict[str, list[str]] = {}  # family -> its staged hybrids, in the grid's order
-    for c in cells:
-        spec = _spec(c["variant"])
-        if spec is not None and starts_from_white_box(spec):
-            hybrids = families.setdefault(spec.family, [])
-            if c["variant"] not in hybrids:
-                hybrids.append(c["variant"])
-    # (k-th hybrid of its family, family): one hybrid of every family, then the next of each
-    alternate = {
-        v: (k, f) for f, hybrids in enumerate(families.values()) for k, v in enumerate(hybrids)
-    }
+        groups.setdefault(_group_key(c), []).append(c)
+    first = {key: k for k, key in enumerate(groups)}
+    ordered = sorted(
+        groups, key=lambda key: (key[0], _group_rank(groups[key][0]["variant"]), first[key])
+    )
+    for key in ordered:
+        groups[key].sort(key=lambda c: c["variant"].endswith("/weak"))  # stable: grid order kept
+    return [groups[key] for key in ordered]
 
-    def key(c):
-        weak = c["variant"].endswith("/weak")
-        return (
-            blocks[c["seed"], c["system"], c["dataset"]],
-            weak,
-            alternate.get(c["variant"], (-1, -1)) if weak else (-1, -1),
-        )
 
-    return sorted(cells, key=key)
+class GroupQueue:
+    """Hands out a grid's cells to workers, each worker staying on its group.
+
+    ``groups``: :func:`work_groups`'s list, in submission order. :meth:`next_for` gives a
+    worker the next cell of the group it is on; when that is done, the next group nobody has
+    started; when none is left, the back half of the group with the most cells left on another
+    worker (so no worker idles at the end of a run while a group has cells to spare, and the
+    thief, too, runs a stretch of one group). Each cell is handed out once.
+    """
+
+    def __init__(self, groups: list[list[dict]]):
+        self._waiting = [list(g) for g in groups if g]
+        self._current: dict[str, list[dict]] = {}  # worker -> what is left of its group
+
+    def next_for(self, worker: str) -> dict | None:
+        """The next cell for ``worker``, None when every cell has been handed out."""
+        mine = self._current.get(worker)
+        if not mine:
+            if self._waiting:
+                mine = self._waiting.pop(0)
+            else:
+                donor = max(self._current.values(), key=len, default=[])
+                half = len(donor) // 2
+                mine = donor[len(donor) - half :]
+                del donor[len(donor) - half :]
+                if not mine and donor:  # one cell left: the idle worker takes it
+                    mine = [donor.pop()]
+            self._current[worker] = mine
+        return mine.pop(0) if mine else None
 
 
 def _spec(variant: str) -> ModelSpec | None:
@@ -422,6 +471,55 @@ def _run_cell(
         return "ran", record
 
 
+def _submit_cell(client, cell_fn, settings: dict, cells_dir: Path, wait: bool, cell, worker):
+    """Submit :func:`_run_cell` of ``cell`` to ``worker`` (any other, should it have died)."""
+    return client.submit(
+        _run_cell,
+        cell_fn,
+        cell,
+        settings,
+        str(cells_dir / f"{cell['id']}.json"),
+        wait,
+        key=f"cell-{cell['id']}{'-wait' if wait else ''}",
+        pure=False,
+        workers=[worker],
+        allow_other_workers=True,
+    )
+
+
+def _dispatch(client, queue: GroupQueue, submit: Callable):
+    """Run ``queue``'s cells on ``client``'s workers, one at a time per worker; yield each
+    cell's result as it completes. ``submit(cell, worker) -> future``. A worker that finished
+    gets its next cell (:meth:`GroupQueue.next_for`), and so do workers that joined the
+    scheduler since. Unfinished cells are cancelled when the caller stops (an interrupt)."""
+    # dask is imported here on purpose: it costs ~1 s and only the sweep itself needs it
+    from dask.distributed import as_completed
+
+    futures = {}  # future -> the worker it was given to
+
+    client.wait_for_workers(1)
+    pending = as_completed([], loop=client.loop)
+    try:
+        for worker in sorted(client.scheduler_info()["workers"]):
+            if (cell := queue.next_for(worker)) is not None:
+                future = submit(cell, worker)
+                futures[future] = worker
+                pending.add(future)
+        for future in pending:
+            result = future.result()  # an interrupt in a cell propagates
+            done_by = futures.pop(future)
+            idle = set(client.scheduler_info()["workers"]) - set(futures.values())
+            for worker in sorted(idle | {done_by}):
+                if (cell := queue.next_for(worker)) is not None:
+                    nxt = submit(cell, worker)
+                    futures[nxt] = worker
+                    pending.add(nxt)
+            yield result
+    finally:
+        for future in futures:
+            future.cancel()
+
+
 def _progress_line(done: int, total: int, skipped: int, started: float, failed: int) -> str:
     elapsed = time.perf_counter() - started
     ran = done - skipped
@@ -472,7 +570,8 @@ def run_benchmark(
     progress: bool = True,
     **overrides,
 ) -> BenchmarkRun:
-    """Run (or resume) the benchmark grid; one dask task per unfinished cell.
+    """Run (or resume) the benchmark grid on dask: one task per unfinished cell, each worker
+    given the cells of one :func:`work_groups` group after the other (:class:`GroupQueue`).
 
     Args:
         out_dir: output folder (created); cell records go to ``out_dir/cells/<id>.json``.
@@ -495,9 +594,6 @@ def run_benchmark(
     (``cells/.<id>.json.lock``), so it is computed once, and each run waits for the cells another
     run is computing and reports them as kept. Only temporaries of dead writers are removed.
     """
-    # dask is imported here on purpose: it costs ~1 s and only the sweep itself needs it
-    from dask.distributed import as_completed
-
     settings = get_settings(setting, **overrides)
     settings_dict = settings.to_dict()
     grid = make_grid(systems=systems, datasets=datasets, variants=variants, seeds=settings.seeds)
@@ -520,7 +616,7 @@ def run_benchmark(
 
     records: dict[str, dict] = {}
     todo = []
-    for cell in submission_order(grid):
+    for cell in grid:
         record = read_cell(cells_dir / f"{cell['id']}.json")
         if _finished(record, cell, settings_dict):
             records[cell["id"]] = record
@@ -540,42 +636,25 @@ def run_benchmark(
         )
     if todo:
         with sweep_client(scheduler, n_workers, processes=processes) as client:
-            futures = []
-            try:
-                # first pass: cells locked by another run are left to it ("busy"); second pass:
-                # wait for their locks and take the other run's record (or compute a cell it
-                # failed)
-                for wait in (False, True):
-                    futures = [
-                        client.submit(
-                            _run_cell,
-                            cell_fn,
-                            cell,
-                            settings_dict,
-                            str(cells_dir / f"{cell['id']}.json"),
-                            wait,
-                            key=f"cell-{cell['id']}{'-wait' if wait else ''}",
-                            pure=False,
-                        )
-                        for cell in todo
-                    ]
-                    for future in as_completed(futures, loop=client.loop):
-                        outcome, record = future.result()  # an interrupt in a cell propagates
-                        if outcome == "busy":
-                            continue
-                        cid = record["cell"]["id"]
-                        records[cid] = record
-                        (ran if outcome == "ran" else kept).append(cid)
-                        failed += record["status"] != "ok"
-                        if progress:
-                            line = _progress_line(len(records), total, len(kept), started, failed)
-                            print(line, end="", file=sys.stderr, flush=True)
-                    todo = [c for c in todo if c["id"] not in records]
-                    if not todo:
-                        break
-            finally:
-                for future in futures:
-                    future.cancel()
+            # first pass: cells locked by another run are left to it ("busy"); second pass: wait
+            # for their locks and take the other run's record (or compute a cell it failed)
+            for wait in (False, True):
+                submit = functools.partial(
+                    _submit_cell, client, cell_fn, settings_dict, cells_dir, wait
+                )
+                for outcome, record in _dispatch(client, GroupQueue(work_groups(todo)), submit):
+                    if outcome == "busy":
+                        continue
+                    cid = record["cell"]["id"]
+                    records[cid] = record
+                    (ran if outcome == "ran" else kept).append(cid)
+                    failed += record["status"] != "ok"
+                    if progress:
+                        line = _progress_line(len(records), total, len(kept), started, failed)
+                        print(line, end="", file=sys.stderr, flush=True)
+                todo = [c for c in todo if c["id"] not in records]
+                if not todo:
+                    break
     if progress:
         print(file=sys.stderr)
     return BenchmarkRun(

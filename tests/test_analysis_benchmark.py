@@ -18,6 +18,7 @@ from analysis.benchmark import (
     DATASET_KINDS,
     ENSEMBLE_SETTINGS,
     SYSTEMS,
+    GroupQueue,
     _finished,
     cell_id,
     get_settings,
@@ -25,7 +26,7 @@ from analysis.benchmark import (
     make_grid,
     read_cell,
     run_benchmark,
-    submission_order,
+    work_groups,
 )
 from data.io import write_json_atomic
 from data.simulate import MEASUREMENT_NOISE
@@ -137,31 +138,59 @@ def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_ste
         assert _finished(current, cell, quick) is not networks, variant
 
 
-def test_submission_order_starts_a_variants_weak_prior_after_its_block():
-    """Within each (seed, system, dataset) block every weak-prior cell comes after every other
-    cell (so ``X/weak`` does not start beside ``X/informative``, whose programs it shares), the
-    weak hybrids alternating between the families whose white-box start they share; the blocks
-    keep the grid's order (seed outermost) and no cell is lost or repeated."""
+def test_work_groups_run_a_variants_priors_and_kinds_in_one_process():
+    """Each task is one (seed, system, family, actuator): both priors on every kind, informative
+    first; seeds stay outermost, within a seed the hybrids come first (alternating families),
+    NEA last, and no cell is lost or repeated."""
     grid = make_grid(seeds=(0, 1))  # the 26 DiffNEA variants
-    order = submission_order(grid)
-    assert sorted(c["id"] for c in order) == sorted(c["id"] for c in grid)
-    block = [(c["seed"], c["system"], c["dataset"]) for c in order]
-    assert block == [(c["seed"], c["system"], c["dataset"]) for c in grid]
-    for k in range(0, len(order), 26):
-        weak = [c["variant"].endswith("/weak") for c in order[k : k + 26]]
-        assert weak == sorted(weak) and sum(weak) == 12
-        assert [c for c in order[k : k + 26] if not c["variant"].endswith("/weak")] == [
-            c for c in grid[k : k + 26] if not c["variant"].endswith("/weak")
-        ]
-        # the hybrids that share a white-box start per family alternate between the families
-        staged = [
-            c["variant"].split("/")
-            for c in order[k : k + 26]
-            if c["variant"].endswith("/weak")
-            and c["variant"].split("/")[1] in ("nn-friction", "nn-residual", "ffnn")
-        ]
-        assert [v[0] for v in staged] == ["nokin-diffnea", "diffnea"] * 3
-        assert [v[1] for v in staged[::2]] == ["nn-friction", "nn-residual", "ffnn"]
+    groups = work_groups(grid)
+    cells = [c for g in groups for c in g]
+    assert sorted(c["id"] for c in cells) == sorted(c["id"] for c in grid)
+    assert len(cells) == len(set(c["id"] for c in cells)) == 312
+    assert [g[0]["seed"] for g in groups] == sorted(g[0]["seed"] for g in groups)
+    # per seed and system: 12 (family, actuator) groups of 6 cells, the black box and NEA of 3
+    assert sorted(len(g) for g in groups) == [3] * 8 + [6] * 48
+    for g in groups:
+        assert len({(c["seed"], c["system"]) for c in g}) == 1
+        assert len({c["variant"].rsplit("/", 1)[0] for c in g}) == 1
+        assert [c["dataset"] for c in g] == list(DATASET_KINDS) * (len(g) // 3)
+        if len(g) == 6:
+            assert [c["variant"].endswith("/weak") for c in g] == [False] * 3 + [True] * 3
+    for seed in (0, 1):
+        names = [g[0]["variant"] for g in groups if g[0]["seed"] == seed]
+        assert len(names) == 28
+        hybrids = [v.split("/") for v in names[:12]]
+        assert {v[1] for v in hybrids} == {"nn-residual", "nn-friction", "ffnn"}
+        assert [v[0] for v in hybrids] == ["nokin-diffnea", "diffnea"] * 6
+        assert [v[1] for v in hybrids[::4]] == ["nn-residual", "nn-friction", "ffnn"]
+        assert names[-2:] == ["nea", "nea"]
+    # a name the library does not know (tests' toy cells) still gets its group
+    toy = make_grid(systems=("cartpole",), variants=("toy/a/prior", "toy/a/other", "plain"))
+    assert [[c["variant"] for c in g] for g in work_groups(toy)] == [
+        ["toy/a/prior", "toy/a/other"] * 3,
+        ["plain"] * 3,
+    ]
+
+
+def test_group_queue_keeps_workers_on_their_groups_and_shares_the_last_one():
+    """Each worker runs its group's cells in order and then the next unstarted group; with none
+    left, an idle worker takes the back half of the largest group left elsewhere; every cell is
+    handed out exactly once."""
+    groups = [[f"{g}{k}" for k in range(n)] for g, n in zip("abcd", (6, 6, 3, 2), strict=True)]
+    queue = GroupQueue(groups)
+    assert [queue.next_for("w1"), queue.next_for("w2")] == ["a0", "b0"]
+    assert [queue.next_for("w1") for _ in range(5)] == ["a1", "a2", "a3", "a4", "a5"]
+    assert queue.next_for("w1") == "c0"  # w1's group done: the next unstarted one
+    assert queue.next_for("w2") == "b1"
+    assert [queue.next_for("w1") for _ in range(2)] == ["c1", "c2"]
+    assert [queue.next_for("w1") for _ in range(2)] == ["d0", "d1"]
+    # nothing unstarted: w1 takes the back half of what is left of w2's group (b2..b5)
+    assert [queue.next_for("w1"), queue.next_for("w1")] == ["b4", "b5"]
+    assert [queue.next_for("w2"), queue.next_for("w2")] == ["b2", "b3"]
+    # a single cell left elsewhere goes to the idle worker; then nothing is left
+    queue = GroupQueue([["x0", "x1"]])
+    assert queue.next_for("w1") == "x0" and queue.next_for("w2") == "x1"
+    assert queue.next_for("w1") is None and queue.next_for("w2") is None and queue.next_for("w3") is None
 
 
 def test_full_grid_runs_and_resumes(tmp_path, cell_module):
