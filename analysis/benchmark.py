@@ -139,9 +139,9 @@ SETTINGS = {
         horizons=(0.1, 0.4),
         controller_seconds=0.0,
     ),
-    # a warm dataset seed: 69 min wall on 2 cores with float32 ensemble members (156 cells;
-    # docs/measurements.md); with float64 members its cart-pole half alone took 35 min
-    # (2026-12-01), a whole seed about 75-80: over issue 13's 45
+    # a warm dataset seed (156 cells) on 2 cores: 49.6 min with float32 ensemble members
+    # (2026-12-01, docs/measurements.md); with these float64 members the cart-pole half alone
+    # took 35 min: over issue 13's 45 either way
     "quick": BenchmarkSettings(name="quick", seeds=(0, 1, 2)),
     "full": BenchmarkSettings(
         name="full",
@@ -235,7 +235,8 @@ def _group_key(cell: dict) -> tuple:
 
 
 def work_groups(cells: list[dict]) -> list[list[dict]]:
-    """``cells`` cut into the tasks a worker runs one after the other, in submission order.
+    """``cells`` cut into the groups a worker runs in a row (:class:`GroupQueue`), in the order
+    they are handed out.
 
     A group is one (seed, system, family, actuator): both priors of a variant on every dataset
     kind, informative before weak, each in the grid's order. Its cells share what one process
@@ -243,7 +244,8 @@ def work_groups(cells: list[dict]) -> list[list[dict]]:
     array constants, which the command line lowers as program arguments
     (``cli.main.share_programs_across_constants``), and equal robots share their traced
     dynamics. Cells handed out one by one went to whichever worker was free, so each worker
-    compiled most variants.
+    traced most variants (measured on 24 cells: 0.82x the summed cell time in groups,
+    docs/measurements.md).
 
     Order: dataset seed outermost (a run stopped early has whole seeds), then within a seed the
     costliest groups first (network hybrids, then learned kinematics, the DiffNEA white box, the
