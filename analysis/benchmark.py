@@ -229,7 +229,7 @@ def _group_rank(variant: str) -> tuple:
 
 
 def _group_key(cell: dict) -> tuple:
-    """(seed, system, variant without its prior): the cells one task runs in a row."""
+    """(seed, system, variant without its prior): the cells one worker runs in a row."""
     parts = cell["variant"].split("/")
     return (cell["seed"], cell["system"], "/".join(parts[:2]) if len(parts) == 3 else parts[0])
 
