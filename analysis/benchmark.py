@@ -29,6 +29,7 @@ from data.io import file_lock, remove_stale_temporaries, write_json_atomic
 from inference import LBFGS, OPTIMIZERS, TRAIN_DTYPES
 from models import ModelSpec, variant_names
 from models.actuators import NETWORK_FORMAT, reshaped_since
+from models.families import FAMILY_CLASSES
 from models.spec import WHITE_BOX_FAMILIES
 from models.variants import (
     START_FORMAT,
@@ -219,12 +220,10 @@ def _group_rank(variant: str) -> tuple:
     spec = _spec(variant)
     if spec is None:  # a name the library does not know (tests' toy cells): after the others
         return (9,)
-    if spec.actuator in _ACTUATOR_RANK and spec.family in WHITE_BOX_FAMILIES:
-        return (0, _ACTUATOR_RANK[spec.actuator])
-    if spec.family == "nokin-diffnea":
-        return (1,)
-    if spec.family == "diffnea":
-        return (2,)
+    if spec.family in WHITE_BOX_FAMILIES:
+        if spec.actuator in _ACTUATOR_RANK:
+            return (0, _ACTUATOR_RANK[spec.actuator])
+        return (1,) if FAMILY_CLASSES[spec.family].learns_kinematics else (2,)
     return (3,) if has_networks(spec) else (4,)
 
 

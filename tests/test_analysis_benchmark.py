@@ -139,7 +139,7 @@ def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_ste
 
 
 def test_work_groups_run_a_variants_priors_and_kinds_in_one_process():
-    """Each task is one (seed, system, family, actuator): both priors on every kind, informative
+    """Each group is one (seed, system, family, actuator): both priors on every kind, informative
     first; seeds stay outermost, within a seed the hybrids come first (alternating families),
     NEA last, and no cell is lost or repeated."""
     grid = make_grid(seeds=(0, 1))  # the 26 DiffNEA variants
