@@ -22,6 +22,14 @@ from inference._common import base_attrs, point_values, raw_key
 from inference._validate import check_choice, check_positive_int, fit_inputs
 from inference.result import FitResult, build_idata, trace_sites
 
+HESSIAN_BATCH = 1
+"""Hessian columns (Hessian-vector products) computed at once by default: one. Vmapping the
+products over columns was slower on the CPU for models whose kinematics are latent, with no
+gain worth the memory elsewhere (per dense Hessian, d = 24, 6,250 samples, one core: Furuta
+``nokin-diffnea/viscous/weak`` 71 ms one at a time against 206 ms eight at a time; cart-pole
+``nokin-diffnea/stribeck/weak`` 51 against 121 ms; the identifiable white box 8 against 8 ms;
+docs/measurements.md)."""
+
 
 def laplace_inverse_mass(
     bayes_model,
@@ -29,7 +37,7 @@ def laplace_inverse_mass(
     point: dict,
     *,
     rtol: float | None = None,
-    batch_size: int = 8,
+    batch_size: int = HESSIAN_BATCH,
     slices: bool = False,
 ) -> jax.Array:
     """Inverse Hessian of ``-log p(z, data)`` in NumPyro's unconstrained space at ``point``.
@@ -112,15 +120,18 @@ def floored_inverse(H: np.ndarray, dtype, rtol: float | None) -> tuple[np.ndarra
     return (V / floored[None, :]) @ V.T, w
 
 
-def potential_hessian(bayes_model, data, unconstrained: dict, *, batch_size: int = 8) -> jax.Array:
+def potential_hessian(
+    bayes_model, data, unconstrained: dict, *, batch_size: int = HESSIAN_BATCH
+) -> jax.Array:
     """Hessian (d, d) of ``-log p(z, data)`` at ``unconstrained`` ({latent site: value} in
     NumPyro's unconstrained space), over the sites flattened in ``ravel_pytree`` order.
 
-    d Hessian-vector products (forward over reverse), ``batch_size`` at a time. Compiled once per
-    model object and data / point shapes, with the data as an argument: :func:`inference.polish_map`
-    and :func:`laplace_inverse_mass` share the program (on the ``nokin-diffnea`` cart-pole its
-    compile is ~20 s, the evaluation milliseconds). A model that cannot be hashed, or data that
-    are not arrays, get a program of their own.
+    d Hessian-vector products (forward over reverse), ``batch_size`` at a time
+    (:data:`HESSIAN_BATCH`). Compiled once per model object and data / point shapes, with the
+    data as an argument: :func:`inference.polish_map` and :func:`laplace_inverse_mass` share
+    the program (on the ``nokin-diffnea`` cart-pole its compile is ~20 s, the evaluation
+    milliseconds). A model that cannot be hashed, or data that are not arrays, get a program
+    of their own.
     """
     batch_size = max(1, min(batch_size, int(ravel_pytree(unconstrained)[0].shape[0])))
     if shareable(bayes_model, data):

@@ -32,7 +32,13 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
-from inference.laplace import EIGENVALUE_RESOLUTION, hessian_columns, potential_hessian, shareable
+from inference.laplace import (
+    EIGENVALUE_RESOLUTION,
+    HESSIAN_BATCH,
+    hessian_columns,
+    potential_hessian,
+    shareable,
+)
 
 
 class MapReport(NamedTuple):
@@ -242,7 +248,7 @@ def polish_map(
     *,
     max_iter: int = 100,
     gtol: float = 1e-6,
-    batch_size: int = 8,
+    batch_size: int = HESSIAN_BATCH,
 ) -> tuple[dict, MapReport]:
     """Damped Newton from ``point`` to a stationary point of the log joint (module docstring).
 
@@ -340,7 +346,7 @@ def polish_map_batched(
     sites=None,
     max_iter: int = 100,
     gtol: float = 1e-6,
-    batch_size: int = 8,
+    batch_size: int = HESSIAN_BATCH,
 ) -> tuple[dict, list[MapReport]]:
     """:func:`polish_map` for ``R`` independent problems at once (e.g. SBC replicates).
 
