@@ -24,11 +24,11 @@ from inference.result import FitResult, build_idata, trace_sites
 
 HESSIAN_BATCH = 1
 """Hessian columns (Hessian-vector products) computed at once by default: one. Vmapping the
-products over columns was slower on the CPU for models whose kinematics are latent, with no
-gain worth the memory elsewhere (per dense Hessian, d = 24, 6,250 samples, one core: Furuta
-``nokin-diffnea/viscous/weak`` 71 ms one at a time against 206 ms eight at a time; cart-pole
-``nokin-diffnea/stribeck/weak`` 51 against 121 ms; the identifiable white box 8 against 8 ms;
-docs/measurements.md)."""
+products over columns was 2.4-3x slower on the CPU for models whose kinematics are latent, and
+gained milliseconds at most elsewhere (per dense Hessian, 6,250 samples, one core: Furuta
+``nokin-diffnea/viscous/weak``, d = 24, 71 ms one at a time against 206 ms eight at a time;
+cart-pole ``nokin-diffnea/stribeck/weak``, d = 30, 51 against 121 ms; the identifiable white
+box 4-14 ms at any batch; docs/measurements.md)."""
 
 
 def laplace_inverse_mass(
