@@ -27,7 +27,7 @@ HESSIAN_BATCH = 1
 products over columns was 2.4-3x slower on the CPU for models whose kinematics are latent, and
 gained milliseconds at most elsewhere (per dense Hessian, 6,250 samples, one core: Furuta
 ``nokin-diffnea/viscous/weak``, d = 24, 71 ms one at a time against 206 ms eight at a time;
-cart-pole ``nokin-diffnea/stribeck/weak``, d = 30, 51 against 121 ms; the identifiable white
+cart-pole ``nokin-diffnea/stribeck/weak``, d = 26, 51 against 121 ms; the identifiable white
 box 4-14 ms at any batch; docs/measurements.md)."""
 
 
