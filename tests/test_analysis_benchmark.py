@@ -108,13 +108,14 @@ def test_grid_and_settings():
 
 def test_a_cell_recorded_before_the_ensemble_settings_counts_as_adam_for_svi_steps():
     """Records from before the ``ensemble_*`` fields were fitted by Adam for ``svi_steps``
-    steps without ``min_delta``, in float64, the quick setting's defaults: kept by it. A grid
-    that asks for L-BFGS, or for float32 members, computes its network cells again and keeps
-    the others."""
-    quick = get_settings("quick").to_dict()
+    steps without ``min_delta``, in float64: kept by a setting that asks for that. A grid that
+    asks for L-BFGS, or for float32 members (the quick setting's), computes its network cells
+    again and keeps the others."""
+    quick = get_settings("quick", ensemble_dtype="float64").to_dict()
     legacy = {k: v for k, v in quick.items() if k not in ENSEMBLE_SETTINGS}
     lbfgs = dict(quick, ensemble_optimizer="lbfgs", ensemble_steps=300, ensemble_min_delta=1e-3)
-    single = dict(quick, ensemble_dtype="float32")
+    single = get_settings("quick").to_dict()
+    assert single["ensemble_dtype"] == "float32"
     for variant, networks in (
         ("diffnea/viscous/informative", False),
         ("nea", False),
