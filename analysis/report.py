@@ -409,7 +409,8 @@ def write_report(
         if _get(r, "posterior.method") == "ensemble"
     ]
     optimizers = collections.Counter(
-        f"{s['ensemble_optimizer']} x {s['ensemble_steps']}" for s in ensembles
+        f"{s['ensemble_optimizer']} x {s['ensemble_steps']} in {s['ensemble_dtype']}"
+        for s in ensembles
     )
     members = ", ".join(f"{k} ({n} cells)" for k, n in sorted(optimizers.items())) or "none"
     lines = [

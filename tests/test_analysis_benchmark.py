@@ -407,10 +407,12 @@ def test_report_conclusions_from_records(tmp_path):
     nc = not_converged(recs)
     assert [c[3] for c in nc["cells"]] == ["diffnea/viscous/informative", "diffnea/viscous/weak"]
     assert nc["reasons"]["nuts"] == {"# divergent transitions": 2, "R-hat # > #": 2}
-    # the ensembles' optimisers, read from each record (those from before the fields: Adam)
+    # the ensembles' optimisers and dtypes, read from each record (those from before the
+    # fields: Adam in float64)
     ffnn = [r for r in recs if r["cell"]["variant"] == "ffnn"]
     lbfgs = {"ensemble_optimizer": "lbfgs", "ensemble_steps": 300}
-    for r, extra in zip(ffnn, ({}, lbfgs, lbfgs), strict=True):
+    single = dict(lbfgs, ensemble_dtype="float32")
+    for r, extra in zip(ffnn, ({}, lbfgs, single), strict=True):
         r["metrics"]["posterior"] = {"method": "ensemble", "converged": True}
         r["settings"] = {"name": "tiny", "svi_steps": 1000, **extra}
     for r in recs:
@@ -418,7 +420,10 @@ def test_report_conclusions_from_records(tmp_path):
     path = write_report(tmp_path)
     text = path.read_text()
     assert "does not hold" in text and "figure1.png" in text and "### cartpole, hardware" in text
-    assert "ensemble members by adam x 1000 (1 cells), lbfgs x 300 (2 cells)" in text
+    assert (
+        "ensemble members by adam x 1000 in float64 (1 cells), lbfgs x 300 in float32 (1 cells), "
+        "lbfgs x 300 in float64 (1 cells)" in text
+    )
     assert "| nuts | 9 | 2 | # divergent transitions | 2 |" in text
     assert (
         "| cartpole | uniform | 0 | diffnea/viscous/weak | nuts | 2 | "
