@@ -71,8 +71,9 @@ class BenchmarkSettings:
             on a warm seed (docs/measurements.md, "The grid's ensembles by L-BFGS"). Records
             from before these fields existed were Adam, ``svi_steps`` steps, ``min_delta`` 0.
         ensemble_dtype: ``"float64"`` or ``"float32"``: the dtype the members' optimisation steps
-            run in (``fit_svi``'s ``train_dtype``; everything after them runs in float64).
-            Records from before this field were float64.
+            run in (``fit_svi``'s ``train_dtype``; everything after them runs in float64):
+            float32 in the quick setting, float64 in the others. Records from before this
+            field were float64.
         num_warmup, num_samples, num_chains, max_tree_depth: NUTS per attempt; an attempt that
             did not converge is extended by ``num_samples`` draws per chain when only R-hat
             (above 1.01) or bulk ESS (below ``min_ess``) fell short, and re-run with a new key,

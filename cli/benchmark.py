@@ -63,8 +63,9 @@ def add_arguments(parser) -> None:
         "--ensemble-dtype",
         choices=("float64", "float32"),
         default=None,
-        help="dtype of the ensemble members' optimisation steps (float32: faster on the CPU; "
-        "everything after them runs in float64)",
+        help="dtype of the ensemble members' optimisation steps (default: the setting's; "
+        "quick float32, full and tiny float64; float32 is faster on the CPU; everything after "
+        "the steps runs in float64)",
     )
     parser.add_argument(
         "--seeds",
