@@ -21,6 +21,7 @@ from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 from inference._common import base_attrs, point_values, raw_key
 from inference._validate import check_choice, check_positive_int, fit_inputs
 from inference.result import FitResult, build_idata, trace_sites
+from models.arguments import held_model, model_argument
 
 HESSIAN_BATCH = 1
 """Hessian columns (Hessian-vector products) computed at once by default: one. Vmapping the
@@ -127,21 +128,23 @@ def potential_hessian(
     NumPyro's unconstrained space), over the sites flattened in ``ravel_pytree`` order.
 
     d Hessian-vector products (forward over reverse), ``batch_size`` at a time
-    (:data:`HESSIAN_BATCH`). Compiled once per model object and data / point shapes, with the
-    data as an argument: :func:`inference.polish_map` and :func:`laplace_inverse_mass` share
-    the program (on the ``nokin-diffnea`` cart-pole its compile is ~20 s, the evaluation
-    milliseconds). A model that cannot be hashed, or data that are not arrays, get a program
-    of their own.
+    (:data:`HESSIAN_BATCH`). Traced once per model structure and data / point shapes, with
+    the model's array constants and the data as arguments (``models.arguments``):
+    :func:`inference.polish_map` and :func:`laplace_inverse_mass` share the program, and so do
+    models that differ only in those constants (a variant's priors, normalisers of other data;
+    on the ``nokin-diffnea`` cart-pole its compile is ~20 s, the evaluation milliseconds). Data
+    that are not arrays get a program of their own.
     """
     batch_size = max(1, min(batch_size, int(ravel_pytree(unconstrained)[0].shape[0])))
     if shareable(bayes_model, data):
-        return _shared_hessian(bayes_model, data, unconstrained, batch_size)
+        return _shared_hessian(model_argument(bayes_model), data, unconstrained, batch_size)
     return jax.jit(lambda z: _hessian(bayes_model, data, z, batch_size))(unconstrained)
 
 
 def shareable(bayes_model, data) -> bool:
     """Whether programs of ``bayes_model`` can be compiled once and shared across calls: the
-    model hashes (a static argument of ``jax.jit``) and the data are arrays (a traced argument)."""
+    model hashes and the data are arrays (traced arguments, the model as a
+    ``models.arguments.ModelArgument``)."""
     try:
         hash(bayes_model)
     except TypeError:
@@ -161,12 +164,13 @@ def hessian_columns(grad, x: jax.Array, batch_size: int) -> jax.Array:
 
 
 def _hessian(bayes_model, data, unconstrained, batch_size):
+    bayes_model = held_model(bayes_model)
     flat, unravel = ravel_pytree(unconstrained)
     grad = jax.grad(lambda x: potential_energy(bayes_model.model, (data,), {}, unravel(x)))
     return hessian_columns(grad, flat, batch_size)
 
 
-_shared_hessian = functools.partial(jax.jit, static_argnums=(0, 3))(_hessian)
+_shared_hessian = functools.partial(jax.jit, static_argnums=3)(_hessian)
 
 
 def fit_laplace(

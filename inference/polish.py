@@ -39,6 +39,7 @@ from inference.laplace import (
     potential_hessian,
     shareable,
 )
+from models.arguments import held_model, model_argument
 
 
 class MapReport(NamedTuple):
@@ -191,7 +192,7 @@ def _energy(bayes_model, x, data, template: dict, held: dict):
     """``-log p`` at the flat unconstrained ``x`` of the sites in ``template`` (their values
     give only the shapes of ``ravel_pytree``'s order), the other sites at ``held``."""
     return potential_energy(
-        bayes_model.model, (data,), {}, {**held, **ravel_pytree(template)[1](x)}
+        held_model(bayes_model).model, (data,), {}, {**held, **ravel_pytree(template)[1](x)}
     )
 
 
@@ -218,25 +219,28 @@ def _batched_hessian(bayes_model, x, data, template, held, batch_size: int):
 _value_and_grad = jax.value_and_grad(_energy, argnums=1)
 # name: (function of (bayes_model, x, data, template, held[, batch_size]), static arguments)
 _PROGRAMS = {
-    "energy": (_energy, (0,)),
-    "value_and_grad": (_value_and_grad, (0,)),
-    "batched_energy": (_batched(_energy), (0,)),
-    "batched_value_and_grad": (_batched(_value_and_grad), (0,)),
-    "batched_hessian": (_batched_hessian, (0, 5)),
+    "energy": (_energy, ()),
+    "value_and_grad": (_value_and_grad, ()),
+    "batched_energy": (_batched(_energy), ()),
+    "batched_value_and_grad": (_batched(_value_and_grad), ()),
+    "batched_hessian": (_batched_hessian, (5,)),
 }
-# Compiled once per model object and shapes and shared by every call (the data, the point's
-# template and the held sites are arguments): polishing the same model again (fit_svi's polish,
-# restarts, an ensemble's noise sites) traces and compiles nothing new
+# Traced once per model structure and shapes and shared by every call (the model's array
+# constants, the data, the point's template and the held sites are arguments): polishing the
+# same model again (fit_svi's polish, restarts, an ensemble's noise sites), or a model that
+# differs only in those constants (another prior, another dataset's normalisers), traces and
+# compiles nothing new
 _SHARED = {k: jax.jit(f, static_argnums=a) for k, (f, a) in _PROGRAMS.items()}
 
 
 def _programs(bayes_model, data) -> dict:
     """The polish's jitted programs for ``bayes_model``, called without it: the shared ones, or
-    (a model that does not hash, data that are not arrays) programs of this call's own."""
+    (data that are not arrays) programs of this call's own."""
     if shareable(bayes_model, data):
-        return {k: functools.partial(f, bayes_model) for k, f in _SHARED.items()}
+        argument = model_argument(bayes_model)
+        return {k: functools.partial(f, argument) for k, f in _SHARED.items()}
     return {
-        k: jax.jit(functools.partial(f, bayes_model), static_argnums=tuple(i - 1 for i in a[1:]))
+        k: jax.jit(functools.partial(f, bayes_model), static_argnums=tuple(i - 1 for i in a))
         for k, (f, a) in _PROGRAMS.items()
     }
 
