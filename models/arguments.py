@@ -11,7 +11,7 @@ group's later cells spend on programs": 9-11 s of each such grid cell).
 those constants and whose tree structure is the rest of the model, compared by value. A
 ``jax.jit`` function that takes it as an argument is traced once for every model of the same
 structure, and each call computes with its own model's values. Inside the trace,
-``argument.model`` is the model rebuilt around the traced leaves.
+``held_model(argument)`` is the model rebuilt around the traced leaves.
 
 What counts as a constant (a leaf):
 
@@ -24,8 +24,9 @@ Everything else is part of the structure. Dataclasses other than robots (rebuilt
 field, without running ``__init__``), named tuples, tuples, lists and dicts are walked; other
 objects are compared by value where they hash (strings, numbers, robots, types, functions) and
 by identity where they do not. A robot is a constant: it compares by value, and the dynamics
-read its parameters with numpy. Python float scalars stay in the structure, so models that differ in one compile
-apart. Two models with the same structure therefore compute the same function of their leaves.
+read its parameters with numpy. Python float scalars stay in the structure, so models that
+differ in one compile apart. Two models with the same structure therefore compute the same
+function of their leaves.
 """
 
 from __future__ import annotations
