@@ -146,7 +146,7 @@ def shareable(bayes_model, data) -> bool:
     model hashes and the data are arrays (traced arguments, the model as a
     ``models.arguments.ModelArgument``)."""
     try:
-        hash(bayes_model)
+        hash(held_model(bayes_model))
     except TypeError:
         return False
     return all(isinstance(x, (jax.Array, np.ndarray)) for x in jax.tree.leaves(data))

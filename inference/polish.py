@@ -237,7 +237,7 @@ def _programs(bayes_model, data) -> dict:
     """The polish's jitted programs for ``bayes_model``, called without it: the shared ones, or
     (data that are not arrays) programs of this call's own."""
     if shareable(bayes_model, data):
-        argument = model_argument(bayes_model)
+        argument = model_argument(bayes_model)  # itself if already one
         return {k: functools.partial(f, argument) for k, f in _SHARED.items()}
     return {
         k: jax.jit(functools.partial(f, bayes_model), static_argnums=tuple(i - 1 for i in a))
@@ -280,7 +280,8 @@ def polish_map(
     unconstrained = unconstrain_fn(bayes_model.model, (data,), {}, point)
     x0, unravel = ravel_pytree(unconstrained)
 
-    programs = _programs(bayes_model, data)
+    argument = model_argument(bayes_model)  # walked once for every program and Newton step
+    programs = _programs(argument, data)
 
     def value_and_grad(x):
         return programs["value_and_grad"](x, data, unconstrained, {})
@@ -289,7 +290,7 @@ def polish_map(
         return programs["energy"](x, data, unconstrained, {})
 
     def hessian(x):  # the program laplace_inverse_mass compiles too: compiled once for both
-        return potential_hessian(bayes_model, data, unravel(x), batch_size=batch_size)
+        return potential_hessian(argument, data, unravel(x), batch_size=batch_size)
 
     x = np.asarray(x0, np.float64)
     dtype = x0.dtype

@@ -136,7 +136,7 @@ class _Structure:
         self.node = node
         self.key = _key(node, meta)
         self.hash = hash(self.key)
-        self.objects = objects  # keeps the identity-keyed constants alive with the key
+        self.objects = objects  # keeps every walked object alive, so ids in the key stay unique
 
     def __eq__(self, other):
         return isinstance(other, _Structure) and self.hash == other.hash and self.key == other.key
