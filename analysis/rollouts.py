@@ -11,6 +11,7 @@ axis) to its forward dynamics ``(q, qd, tau_d) -> qdd`` (e.g. ``BayesianModel.qd
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bayes_nea import DEFAULT_DT, Trajectory, integrate, integrate_closed_loop
+from models.arguments import SharedStatic, held_model, model_argument
 
 QddFn = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
 Controller = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]
@@ -112,27 +114,12 @@ def make_rollout_fn(
         raise ValueError(f"steps must be a positive integer, got {steps}")
     steps = int(steps)
 
-    def one(draw, q0, qd0, tau):
-        f = qdd_fn_of_draw(draw)
-        if controller is None:
-            traj = integrate(f, q0, qd0, tau, dt=dt)
-            return traj.q, traj.qd, None
-        traj = integrate_closed_loop(f, controller, q0, qd0, steps, dt=dt, delay_steps=delay_steps)
-        return traj.q, traj.qd, traj.tau
-
-    @jax.jit
-    def rollout(draws, q0, qd0, tau):
-        d = num_draws(draws)
-        q0 = jnp.broadcast_to(q0, (d, q0.shape[-1]))
-        qd0 = jnp.broadcast_to(qd0, (d, qd0.shape[-1]))
-        if batch_size is None:
-            q, qd, u = jax.vmap(one, in_axes=(0, 0, 0, None))(draws, q0, qd0, tau)
-        else:
-            q, qd, u = jax.lax.map(
-                lambda a: one(*a, tau), (draws, q0, qd0), batch_size=int(batch_size)
-            )
-        t = jnp.arange(steps + 1, dtype=q.dtype) * jnp.asarray(dt, q.dtype)
-        return Trajectory(t, q, qd, tau if controller is None else u)
+    options = (steps, dt, controller, batch_size, delay_steps)
+    shared = _shared_rollout(qdd_fn_of_draw, options)
+    if shared is None:
+        rollout = jax.jit(functools.partial(_rollout, qdd_fn_of_draw, *options))
+    else:
+        rollout = functools.partial(_SHARED_ROLLOUT, *shared)
 
     def call(draws, q0, qd0, tau=None) -> Trajectory:
         d = num_draws(draws)
@@ -151,6 +138,57 @@ def make_rollout_fn(
         return rollout(draws, jnp.asarray(q0), jnp.asarray(qd0), tau)
 
     return call
+
+
+def _rollout(qdd_fn_of_draw, steps, dt, controller, batch_size, delay_steps, draws, q0, qd0, tau):
+    """:func:`make_rollout_fn`'s program."""
+
+    def one(draw, q0, qd0, tau):
+        f = qdd_fn_of_draw(draw)
+        if controller is None:
+            traj = integrate(f, q0, qd0, tau, dt=dt)
+            return traj.q, traj.qd, None
+        traj = integrate_closed_loop(f, controller, q0, qd0, steps, dt=dt, delay_steps=delay_steps)
+        return traj.q, traj.qd, traj.tau
+
+    d = num_draws(draws)
+    q0 = jnp.broadcast_to(q0, (d, q0.shape[-1]))
+    qd0 = jnp.broadcast_to(qd0, (d, qd0.shape[-1]))
+    if batch_size is None:
+        q, qd, u = jax.vmap(one, in_axes=(0, 0, 0, None))(draws, q0, qd0, tau)
+    else:
+        q, qd, u = jax.lax.map(lambda a: one(*a, tau), (draws, q0, qd0), batch_size=int(batch_size))
+    t = jnp.arange(steps + 1, dtype=q.dtype) * jnp.asarray(dt, q.dtype)
+    return Trajectory(t, q, qd, tau if controller is None else u)
+
+
+def _shared_rollout(qdd_fn_of_draw, options: tuple):
+    """``(program, model argument)`` of :data:`_SHARED_ROLLOUT` where ``qdd_fn_of_draw`` is a
+    model's method (``bm.qdd_fn``): the rollout is then traced once for every model of the same
+    structure, its array constants an argument (``models.arguments``: a variant's grid cells on
+    a system's three dataset kinds share it). None otherwise (any other function, a controller
+    or model that does not hash)."""
+    model, method = (
+        getattr(qdd_fn_of_draw, "__self__", None),
+        getattr(qdd_fn_of_draw, "__func__", None),
+    )
+    if model is None or method is None:
+        return None
+    try:
+        program = SharedStatic(("rollout", type(model), method, *options), (method, options))
+        argument = model_argument(model)
+        jax.tree.flatten(argument)  # a model that does not flatten keeps its own program
+    except TypeError:
+        return None
+    return program, argument
+
+
+def _shared_rollout_program(program, argument, draws, q0, qd0, tau):
+    method, options = program.value
+    return _rollout(functools.partial(method, held_model(argument)), *options, draws, q0, qd0, tau)
+
+
+_SHARED_ROLLOUT = jax.jit(_shared_rollout_program, static_argnums=0)
 
 
 def posterior_rollouts(

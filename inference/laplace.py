@@ -476,17 +476,31 @@ class SliceProposal(NamedTuple):
 
 def _potential_energies(bayes_model, data, z: jax.Array, unravel, *, batch_size: int = 16):
     """``-log p(z_i, data)`` (S,) at unconstrained flat points ``z`` (S, d) (``unravel``: flat
-    to sites), ``batch_size`` at a time (memory: ``batch_size`` likelihood evaluations over the
-    data); +inf where not finite."""
+    to sites, as ``ravel_pytree`` gives it), ``batch_size`` at a time (memory: ``batch_size``
+    likelihood evaluations over the data); +inf where not finite. Traced once per model
+    structure, as :func:`potential_hessian`."""
+    batch_size = min(batch_size, z.shape[0])
+    if shareable(bayes_model, data):
+        try:
+            hash(unravel)  # ravel_pytree's unravel compares by value
+        except TypeError:
+            pass
+        else:
+            return _shared_energies(model_argument(bayes_model), data, z, unravel, batch_size)
+    return jax.jit(lambda zz, d: _energies(bayes_model, d, zz, unravel, batch_size))(z, data)
 
-    def one(v, d):
-        u = potential_energy(bayes_model.model, (d,), {}, unravel(v))
+
+def _energies(bayes_model, data, z, unravel, batch_size):
+    model = held_model(bayes_model).model
+
+    def one(v):
+        u = potential_energy(model, (data,), {}, unravel(v))
         return jnp.where(jnp.isfinite(u), u, jnp.inf)
 
-    def energies(zz, d):  # the data as an argument: no constants, one program per shape
-        return jax.lax.map(lambda v: one(v, d), zz, batch_size=min(batch_size, zz.shape[0]))
+    return jax.lax.map(one, z, batch_size=batch_size)
 
-    return jax.jit(energies)(z, data)
+
+_shared_energies = jax.jit(_energies, static_argnums=(3, 4))
 
 
 def _keep_finite(log_weights: np.ndarray) -> np.ndarray:

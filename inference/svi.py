@@ -16,6 +16,7 @@ converge against posterior spreads of ~0.003. With ``validation`` data every sta
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from typing import NamedTuple
@@ -55,6 +56,7 @@ from inference.laplace import shareable
 from inference.output_layer import output_layer_draws
 from inference.polish import polish_map, polish_map_batched
 from inference.result import FitResult, build_idata, stored_name, trace_sites
+from models.arguments import SharedStatic, held_model, model_argument
 
 GUIDES = ("auto", "delta", "normal", "mvn", "lowrank", "ensemble")
 OPTIMIZERS = {
@@ -177,6 +179,13 @@ def make_optimizer(
     if not learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {learning_rate}")
     steps = check_positive_int("steps", steps)
+    return _optimizer(name, float(learning_rate), schedule, steps, clip_norm)
+
+
+@functools.lru_cache(maxsize=64)
+def _optimizer(name, learning_rate, schedule, steps, clip_norm):
+    """:func:`make_optimizer`'s transformation, one object per setting: equal settings give the
+    same object, so SVI programs of other fits with it are shared (:func:`_shared_svi`)."""
     end = FINAL_FRACTION * learning_rate
     if schedule == "constant":
         lr = learning_rate
@@ -213,6 +222,15 @@ class SortedTrace_ELBO(ELBO):
     (sites in the order the model and guide run). Mutable state (``numpyro.mutable``) is not
     supported.
     """
+
+    def _key(self):
+        return (type(self), self.num_particles, self.vectorize_particles)
+
+    def __eq__(self, other):  # by value: equal ELBOs share SVI programs (:func:`_shared_svi`)
+        return isinstance(other, SortedTrace_ELBO) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
 
     def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
         def single_particle_elbo(key):
@@ -281,6 +299,7 @@ def _run_svi(
     batched=False,
     monitor=None,
     step=None,
+    shared=None,
 ):
     """Run ``steps`` SVI updates as compiled chunks. Returns (state, losses, compile_s, run_s).
 
@@ -294,7 +313,31 @@ def _run_svi(
 
     ``step``: a ``(state, data) -> (state, loss)`` update run in place of ``svi.update`` (its
     own batching; e.g. :func:`_lbfgs_step`), ``svi`` then unused.
+
+    ``shared``: :func:`_shared_svi`'s ``(program, model argument)`` for ``svi``: the chunks
+    then run the program shared by every model of the same structure (``svi`` and ``batched``
+    unused; ``model_kwargs`` are the program's).
     """
+    if shared is not None:
+        program, held = shared
+
+        def compile_chunk(length):
+            return _SHARED_CHUNK.lower(program, held, state, data, length).compile()
+
+        def run_chunk(compiled, state):
+            return compiled(held, state, data)
+
+        return _run_chunks(
+            compile_chunk,
+            run_chunk,
+            state,
+            steps=steps,
+            chunk_size=chunk_size,
+            batched=program.value[1],
+            label=label,
+            progress=progress,
+            monitor=monitor,
+        )
     if step is None:
 
         def update(s, d):
@@ -308,10 +351,77 @@ def _run_svi(
 
         return lax.scan(body, state, None, length=length)
 
+    def compile_chunk(length):
+        return jax.jit(chunk, static_argnums=2).lower(state, data, length).compile()
+
+    def run_chunk(compiled, state):
+        return compiled(state, data)
+
+    return _run_chunks(
+        compile_chunk,
+        run_chunk,
+        state,
+        steps=steps,
+        chunk_size=chunk_size,
+        batched=batched,
+        label=label,
+        progress=progress,
+        monitor=monitor,
+    )
+
+
+def _held_model_fn(data, *, held_model_argument, **kwargs):
+    """The model a :class:`models.arguments.ModelArgument` holds, on ``data``: the model of
+    SVI programs shared across models (:func:`_shared_svi`)."""
+    return held_model(held_model_argument).model(data, **kwargs)
+
+
+def _shared_svi(bayes_model, svi, opt, data, *, model_kwargs, batched):
+    """``(program, model argument)`` for :func:`_run_svi`: ``svi``'s update as a program
+    traced once for every model of ``bayes_model``'s structure, its array constants an argument
+    (``models.arguments``; a variant's two priors and a system's dataset kinds: measured in
+    docs/measurements.md). ``svi`` must be initialised (``SVI.init``); ``opt`` is its optax
+    transformation (:func:`make_optimizer`'s, one object per setting).
+
+    None where it cannot be shared: guides other than the delta guide (the others' post-processing
+    holds the model they were set up with), data that are not arrays, unhashable model kwargs.
+    The program's key names what of ``svi`` it runs besides the model: the optimiser, the ELBO,
+    the guide's kind and prefix (its sites follow from the model's structure), the batching.
+    """
+    if type(svi.guide) is not AutoDelta or not shareable(bayes_model, data):
+        return None
+    key = ("svi", opt, svi.loss, svi.guide.prefix, batched, tuple(sorted(model_kwargs.items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    program = SVI(_held_model_fn, svi.guide, svi.optim, svi.loss)
+    program.constrain_fn = svi.constrain_fn  # the guide's parameter constraints, from SVI.init
+    return SharedStatic(key, (program, batched, dict(model_kwargs))), model_argument(bayes_model)
+
+
+def _shared_chunk(program, held, state, data, length):
+    svi, batched, model_kwargs = program.value
+
+    def update(s, d):
+        return svi.update(s, d, held_model_argument=held, **model_kwargs)
+
+    step = jax.vmap(update, in_axes=(0, None)) if batched else update
+    return lax.scan(lambda s, _: step(s, data), state, None, length=length)
+
+
+_SHARED_CHUNK = jax.jit(_shared_chunk, static_argnums=(0, 4))
+
+
+def _run_chunks(
+    compile_chunk, run_chunk, state, *, steps, chunk_size, batched, label, progress, monitor
+):
+    """:func:`_run_svi`'s loop: ``compile_chunk(length)`` a program of ``length`` steps,
+    ``run_chunk(compiled, state) -> (state, losses)``."""
     chunk_size = min(chunk_size, steps)
     compiled = {}
     t0 = time.perf_counter()
-    compiled[chunk_size] = jax.jit(chunk, static_argnums=2).lower(state, data, chunk_size).compile()
+    compiled[chunk_size] = compile_chunk(chunk_size)
     compile_s = time.perf_counter() - t0
     bar = ProgressLine(label, steps, enabled=progress)
     losses = []
@@ -320,8 +430,8 @@ def _run_svi(
     while done < steps:
         length = min(chunk_size, steps - done)
         if length not in compiled:
-            compiled[length] = jax.jit(chunk, static_argnums=2).lower(state, data, length).compile()
-        new_state, chunk_losses = compiled[length](state, data)
+            compiled[length] = compile_chunk(length)
+        new_state, chunk_losses = run_chunk(compiled[length], state)
         chunk_losses = np.asarray(chunk_losses)
         if batched and np.any(np.isfinite(chunk_losses[-1])):
             state = new_state
@@ -546,6 +656,9 @@ def _optimise(
             label=f"{label} x{len(states)} starts",
             progress=progress,
             batched=True,
+            shared=_shared_svi(
+                bayes_model, svi, opt, data, model_kwargs=model_kwargs, batched=True
+            ),
         )
         timing["compile_s"] += c_s
         timing["run_s"] += r_s
@@ -575,6 +688,9 @@ def _optimise(
             label=label,
             progress=progress,
             monitor=monitor,
+            shared=_shared_svi(
+                bayes_model, svi, opt, data, model_kwargs=model_kwargs, batched=False
+            ),
         )
         timing["compile_s"] += c_s
         timing["run_s"] += r_s
@@ -641,6 +757,7 @@ def _optimise_ensemble(
         init, step = _lbfgs_step(bayes_model, model_kwargs)
         state = init(jax.tree.map(lambda *x: jnp.stack(x), *starts))
         point_of, svi, label = (lambda s: s[0]), None, f"l-bfgs ensemble x{len(starts)}"
+        shared = None
     else:
         svi, guide, states = _init_starts(
             bayes_model, make_guide, opt, SortedTrace_ELBO(), data, key=key, starts=starts,
@@ -648,6 +765,7 @@ def _optimise_ensemble(
         )
         state = jax.tree.map(lambda *x: jnp.stack(x), *states)
         point_of, step, label = _median_of(svi, guide), None, f"svi ensemble x{len(states)}"
+        shared = _shared_svi(bayes_model, svi, opt, data, model_kwargs=model_kwargs, batched=True)
     monitor = None if monitor_factory is None else monitor_factory(point_of)
     state, losses, c_s, r_s = _run_svi(
         svi,
@@ -661,6 +779,7 @@ def _optimise_ensemble(
         batched=True,
         monitor=monitor,
         step=step,
+        shared=shared,
     )
     points = jax.vmap(point_of)(state)
     return points, guide, state, losses, {"compile_s": c_s, "run_s": r_s}
@@ -714,7 +833,13 @@ def _df_sites(bayes_model) -> list:
 
 
 def _holding(opt, sites) -> optax.GradientTransformation:
-    """``opt`` leaving the delta guide's parameters of the latent ``sites`` where they start."""
+    """``opt`` leaving the delta guide's parameters of the latent ``sites`` where they start
+    (one object per ``opt`` and sites, as :func:`make_optimizer`)."""
+    return _held_sites(opt, tuple(sites))
+
+
+@functools.lru_cache(maxsize=64)
+def _held_sites(opt, sites: tuple) -> optax.GradientTransformation:
     prefixes = tuple(f"{site}_" for site in sites)
 
     def labels(params):
@@ -898,11 +1023,12 @@ def gradient_norm(bayes_model, data, point: dict, *, model_kwargs=None) -> float
 
 
 def _gradient_norms(bayes_model, data, points: dict):
+    bayes_model = held_model(bayes_model)
     return jax.vmap(lambda p: _gradient_norm(bayes_model, data, p, {}))(points)
 
 
-# compiled once per model object and data / point shapes, with the data as an argument
-_shared_gradient_norms = jax.jit(_gradient_norms, static_argnums=0)
+# traced once per model structure and data / point shapes (models.arguments)
+_shared_gradient_norms = jax.jit(_gradient_norms)
 
 
 def gradient_norms(bayes_model, data, points: dict) -> np.ndarray:
@@ -911,7 +1037,7 @@ def gradient_norms(bayes_model, data, points: dict) -> np.ndarray:
     quick-grid network model of 6,250 states; measured on three network cells of dataset seed
     2, the four members' norms took 1.9-2.5 s in all against 2.8-4.5 s)."""
     if shareable(bayes_model, data):
-        out = _shared_gradient_norms(bayes_model, data, points)
+        out = _shared_gradient_norms(model_argument(bayes_model), data, points)
     else:
         out = jax.jit(lambda p: _gradient_norms(bayes_model, data, p))(points)
     return np.asarray(out, np.float64)
@@ -1337,6 +1463,9 @@ def fit_svi(
             label=f"svi {guide}",
             progress=progress,
             monitor=None if make_monitor is None else make_monitor(_median_of(svi, guide_obj)),
+            shared=_shared_svi(
+                bayes_model, svi, opt, for_steps(data), model_kwargs=model_kwargs, batched=False
+            ),
         )
         add_timing({"compile_s": c_s, "run_s": r_s})
         restart_info = resume.attrs.get("restarts")

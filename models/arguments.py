@@ -183,3 +183,27 @@ def model_argument(bayes_model) -> ModelArgument:
 def held_model(bayes_model):
     """The model a :class:`ModelArgument` holds; any other model unchanged."""
     return bayes_model.bayes_model if isinstance(bayes_model, ModelArgument) else bayes_model
+
+
+class SharedStatic:
+    """A static argument of a ``jax.jit`` function that equals any other with the same ``key``.
+
+    ``value`` is what the program uses (an SVI object, a sampler): the program traced for the
+    first caller with a key serves every later caller with an equal key, with the first's
+    ``value``. The key must therefore name everything of ``value`` that the program depends on
+    besides its traced arguments (a model enters as a :class:`ModelArgument`, compared by its
+    structure).
+    """
+
+    __slots__ = ("key", "value")
+
+    def __init__(self, key, value):
+        hash(key)  # a key that does not hash is a caller's error, not a cache miss
+        self.key = key
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, SharedStatic) and self.key == other.key
+
+    def __hash__(self):
+        return hash(self.key)

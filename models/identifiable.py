@@ -52,6 +52,7 @@ import numpyro.distributions as dist
 
 import bayes_nea as bn
 import models.truncated_gaussian as tg
+from models.arguments import held_model, model_argument
 from models.likelihoods import LinearStats, ModelData, check_data
 
 Array = jax.Array
@@ -315,28 +316,13 @@ class IdentifiableModel:
     condition: GaussianCondition
     completion_steps: int = DEFAULT_COMPLETION_STEPS
 
-    @functools.cached_property
+    @property
     def completer(self):
         """Jitted ``(keys (C,), sites {site: (C, ...)}) -> (theta (C, n, 10), virtual (C, n, 10),
         ok (C,), margin (C,))`` over the sites of :attr:`completion_sites`, for chunks of
         :data:`COMPLETION_CHUNK` draws (:meth:`complete`); theta and virtual are NaN where not
-        ok."""
-        steps, reference = self.completion_steps, self.reference_theta
-        n, mu = self.robot.n, self.condition.mu.reshape(self.robot.n, 10)
-
-        def one(key, sample):
-            condition = self.condition_at(sample)
-            beta = condition.beta(sample[BASE_SITE])
-            return truncated_conditional(key, beta, condition, steps=steps, reference=reference)
-
-        def chunk(keys, sites):
-            theta, ok, margin = jax.vmap(one)(keys, sites)
-            theta = jnp.where(ok[:, None], theta, jnp.nan).reshape(-1, n, 10)
-            safe = jnp.where(ok[:, None, None], theta, mu)
-            virtual = jnp.where(ok[:, None, None], _virtual(safe), jnp.nan)
-            return theta, virtual, ok, margin
-
-        return jax.jit(chunk)
+        ok. One program for every model of this structure (:func:`_complete_chunk`)."""
+        return functools.partial(_complete_chunk, model_argument(self))
 
     @property
     def completion_sites(self) -> tuple[str, ...]:
@@ -540,8 +526,9 @@ class IdentifiableModel:
             return jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x
 
         keys, sites = padded(keys), {k: padded(v) for k, v in sites.items()}
+        completer = self.completer
         parts = [
-            self.completer(keys[i : i + C], {k: v[i : i + C] for k, v in sites.items()})
+            completer(keys[i : i + C], {k: v[i : i + C] for k, v in sites.items()})
             for i in (range(0, D + pad, C) if D else [0])  # no draws: one empty call
         ]
         theta, virtual, ok, margin = (np.concatenate(p)[:D] for p in zip(*parts, strict=True))
@@ -949,3 +936,23 @@ def identifiable_where_possible(model):
         return identifiable_model(model), "identifiable"
     except ValueError:  # another family or a network actuator: no base-parameter coordinates
         return model, model.spec.geometry
+
+
+@jax.jit
+def _complete_chunk(argument, keys, sites):
+    """:attr:`IdentifiableModel.completer`'s program, the model an argument
+    (``models.arguments``): a variant's priors and a system's dataset kinds share its trace."""
+    model = held_model(argument)
+    steps, reference = model.completion_steps, model.reference_theta
+    n, mu = model.robot.n, model.condition.mu.reshape(model.robot.n, 10)
+
+    def one(key, sample):
+        condition = model.condition_at(sample)
+        beta = condition.beta(sample[BASE_SITE])
+        return truncated_conditional(key, beta, condition, steps=steps, reference=reference)
+
+    theta, ok, margin = jax.vmap(one)(keys, sites)
+    theta = jnp.where(ok[:, None], theta, jnp.nan).reshape(-1, n, 10)
+    safe = jnp.where(ok[:, None, None], theta, mu)
+    virtual = jnp.where(ok[:, None, None], _virtual(safe), jnp.nan)
+    return theta, virtual, ok, margin

@@ -1,0 +1,129 @@
+"""Programs traced once for every model of a structure (models.arguments): the SVI chunk, the
+identifiable completion, the posterior rollouts, the Laplace energies and the gradient norms.
+Two cart-pole models that differ only in their array constants (the normalisers of two datasets)
+share each program, and each model's numbers equal those of a program that closes over that
+model (NumPyro's SVI, NumPyro's potential energy, JAX's gradient)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+from numpyro.infer.util import potential_energy, unconstrain_fn
+
+import analysis.rollouts as rollouts
+import bayes_nea as bn
+import inference.svi as svi
+from data import generate_dataset
+from inference import fit_svi
+from inference.laplace import _potential_energies, _shared_energies
+from models import build_model, data_scales, model_data
+from models.identifiable import (
+    BASE_SITE,
+    _complete_chunk,
+    identifiable_where_possible,
+    pseudo_inertia_np,
+)
+
+pytestmark = pytest.mark.standard_promotion  # runs NumPyro
+
+VARIANT = "diffnea/viscous/informative"
+
+
+@pytest.fixture(scope="module")
+def models():
+    """``[(model, data)]`` on two dataset kinds: equal structures, other normalisers."""
+    robot = bn.get_system("cartpole")
+    out = []
+    for kind in ("trajectories", "uniform"):
+        md = model_data(generate_dataset("cartpole", kind, seed=3, duration=0.4))
+        bm = build_model(VARIANT, robot, scales=data_scales(md, robot))
+        out.append((identifiable_where_possible(bm)[0], md))
+    return out
+
+
+def _points(bm, md, count=3):
+    z = unconstrain_fn(bm.model, (md,), {}, bm.init_sample())
+    flat, unravel = ravel_pytree(z)
+    shifts = 0.01 * jnp.arange(count, dtype=flat.dtype)[:, None]
+    return flat[None] + shifts, unravel
+
+
+def test_svi_fits_share_one_chunk_program_and_match_numpyro_svi(models, monkeypatch):
+    def fit(bm, md):
+        post = fit_svi(bm, md, key=1, steps=30, guide="delta", progress=False).idata.posterior
+        return {k: np.asarray(post[k].values) for k in post.data_vars}
+
+    traces = []
+
+    def counted(*args):
+        traces.append(args[4])  # one per trace: the chunk's length
+        return svi._shared_chunk(*args)
+
+    monkeypatch.setattr(svi, "_SHARED_CHUNK", jax.jit(counted, static_argnums=(0, 4)))
+    shared = []
+    for bm, md in models:
+        before = len(traces)
+        shared.append(fit(bm, md))
+        shared[-1]["traces"] = len(traces) - before
+    assert shared[0]["traces"] >= 1
+    assert shared[1]["traces"] == 0  # the second model ran the first's program
+    # the reference: NumPyro's SVI over each model object (a program of its own)
+    monkeypatch.setattr(svi, "_shared_svi", lambda *args, **kwargs: None)
+    for (bm, md), got in zip(models, shared, strict=True):
+        ref = fit(bm, md)
+        assert len(ref) == len(got) - 1 > 0
+        for k in ref:
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-12, atol=1e-14, err_msg=k)
+
+
+def test_rollouts_of_a_model_method_share_one_program(models):
+    q0, qd0 = jnp.array([0.1, 2.0]), jnp.zeros(2)
+    sizes = []
+    for bm, _ in models:
+        draws = jax.tree.map(lambda x: jnp.stack([x, 1.01 * x]), bm.init_sample())
+        got = rollouts.make_rollout_fn(bm.qdd_fn, steps=25)(draws, q0, qd0)
+        # the reference: a function that is not a model's method closes over the model
+        ref = rollouts.make_rollout_fn(lambda d, bm=bm: bm.qdd_fn(d), steps=25)(draws, q0, qd0)
+        assert np.all(np.isfinite(got.q))
+        np.testing.assert_array_equal(got.q, ref.q)
+        np.testing.assert_array_equal(got.qd, ref.qd)
+        sizes.append(rollouts._SHARED_ROLLOUT._cache_size())
+    assert sizes[0] >= 1 and sizes[1] == sizes[0]
+
+
+def test_completion_shares_one_program(models):
+    sizes = []
+    for bm, _ in models:
+        draws, completion = bm.sample_prior(jax.random.PRNGKey(0), 4)
+        theta = np.asarray(completion["theta"])
+        assert np.all(np.asarray(completion["completion_ok"]))
+        # each completed body has the draw's base parameters
+        beta = np.asarray(jax.vmap(bm.condition.beta)(draws[BASE_SITE]))
+        got = theta.reshape(4, -1) @ np.asarray(bm.base.to_base).T
+        np.testing.assert_allclose(got, beta, rtol=1e-8, atol=1e-10)
+        # and is physically consistent: positive definite pseudo-inertia of every link
+        assert np.all(np.linalg.eigvalsh(pseudo_inertia_np(theta.reshape(-1, 10)))[:, 0] > 0)
+        sizes.append(_complete_chunk._cache_size())
+    assert sizes[0] >= 1 and sizes[1] == sizes[0]  # the second model ran the first's program
+
+
+def test_energies_and_gradient_norms_match_numpyro_and_share_programs(models):
+    sizes = []
+    for bm, md in models:
+        flat, unravel = _points(bm, md)
+        got = np.asarray(_potential_energies(bm, md, flat, unravel))
+        ref = [float(potential_energy(bm.model, (md,), {}, unravel(x))) for x in flat]
+        np.testing.assert_allclose(got, ref, rtol=1e-12)
+        points = jax.vmap(unravel)(flat)
+        norms = svi.gradient_norms(bm, md, points)
+        energy = jax.jit(
+            lambda v, bm=bm, md=md, u=unravel: potential_energy(bm.model, (md,), {}, u(v))
+        )
+        for x, norm in zip(flat, norms, strict=True):
+            ref = float(jnp.linalg.norm(jax.grad(energy)(x)))
+            assert norm == pytest.approx(ref, rel=1e-10)
+        sizes.append((_shared_energies._cache_size(), svi._shared_gradient_norms._cache_size()))
+    assert min(sizes[0]) >= 1 and sizes[1] == sizes[0]
