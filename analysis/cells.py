@@ -764,7 +764,14 @@ def _cached_true_controller(system, kind, seed, duration, episode_duration, spli
 @functools.lru_cache(maxsize=8)
 def _cached_controller(system, kind, seed, duration, episode_duration, split):
     """The provided controller of a :func:`cell_data` dataset's robot, built once per worker
-    process: designing it (the swing-up's LQR linearises the nominal model) took 3.6-3.8 s of
-    each cell (profiled on a core shared with a grid worker)."""
+    process and robot: designing it (the swing-up's LQR linearises the nominal model) took
+    3.6-3.8 s of each cell (profiled on a core shared with a grid worker). One object for the
+    dataset kinds of a system (equal robots), so their closed-loop rollouts share one program
+    (``analysis.rollouts.make_rollout_fn`` keys it by the controller)."""
     dataset = cell_data(system, kind, seed, duration, episode_duration, split)[0]
-    return default_controller(dataset.robot())
+    return _robot_controller(dataset.robot())
+
+
+@functools.lru_cache(maxsize=8)
+def _robot_controller(robot):
+    return default_controller(robot)

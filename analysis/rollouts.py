@@ -94,6 +94,8 @@ def make_rollout_fn(
     delay_steps: int = 0,
 ) -> Callable[..., Trajectory]:
     """A jitted ``rollout(draws, q0, qd0, tau) -> Trajectory`` reusable across calls (one compile).
+    Where ``qdd_fn_of_draw`` is a model's method (``bm.qdd_fn``) the program is shared by every
+    model of that model's structure (:func:`_shared_rollout`).
 
     Open loop (``controller=None``): ``tau`` (steps, n) is held over each step (zeros: the
     uncontrolled system). Closed loop: ``tau`` is ignored (pass None) and

@@ -100,6 +100,7 @@ class EarlyStopping:
         batched: states carry a leading member axis; each member keeps its own best.
         data: passed to ``score`` as its second argument (``score(state, data)``), so that the
             compiled score takes the data as an argument rather than as constants.
+        jit: compile ``score`` here; False for a score that is already a compiled program.
         min_delta: the least fall of the score below the last such fall that restarts the
             patience count (Keras' ``min_delta``); smaller gains still update the best state.
     """
@@ -113,11 +114,12 @@ class EarlyStopping:
         batched: bool = False,
         data=None,
         min_delta: float = 0.0,
+        jit: bool = True,
     ):
         if not min_delta >= 0:
             raise ValueError(f"min_delta must be >= 0, got {min_delta}")
         self.min_delta = float(min_delta)
-        self._score = jax.jit(score)
+        self._score = jax.jit(score) if jit else score
         self._data = () if data is None else (data,)
         self.patience = int(patience)
         self.label = label

@@ -21,7 +21,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from numpyro.infer.util import potential_energy
 
-from inference.laplace import hessian_columns
+from inference.laplace import hessian_columns, shareable
+from models.arguments import held_model, model_argument
 
 
 def output_layer_hessians(bayes_model, data, members: dict, sites) -> np.ndarray:
@@ -29,21 +30,33 @@ def output_layer_hessians(bayes_model, data, members: dict, sites) -> np.ndarray
     ``ravel_pytree`` order of ``{site: value}`` sorted by name) at each member of ``members``
     (``{latent site: (R, ...)}``, unconstrained values), the other sites held at the member.
     One vmapped program: d Hessian-vector products per member."""
-    sites = sorted(sites)
+    sites = tuple(sorted(sites))
+    if shareable(bayes_model, data):
+        out = _shared_hessians(model_argument(bayes_model), data, members, sites)
+    else:
+        out = jax.jit(lambda m, d: _hessians(bayes_model, d, m, sites))(members, data)
+    return np.asarray(out, np.float64)
 
-    def one(point, data):
+
+def _hessians(bayes_model, data, members, sites):
+    model = held_model(bayes_model).model
+
+    def one(point):
         flat, unravel = ravel_pytree({s: point[s] for s in sites})
         rest = {k: v for k, v in point.items() if k not in sites}
 
         def grad(x):
             return jax.grad(
-                lambda y: potential_energy(bayes_model.model, (data,), {}, {**rest, **unravel(y)})
+                lambda y: potential_energy(model, (data,), {}, {**rest, **unravel(y)})
             )(x)
 
         return hessian_columns(grad, flat, 8)
 
-    run = jax.jit(jax.vmap(one, in_axes=(0, None)))  # the data an argument, not a constant
-    return np.asarray(run(members, data), np.float64)
+    return jax.vmap(one)(members)
+
+
+# traced once per model structure, the data and members as arguments (models.arguments)
+_shared_hessians = jax.jit(_hessians, static_argnums=3)
 
 
 def output_layer_draws(

@@ -413,6 +413,30 @@ def _shared_chunk(program, held, state, data, length):
 _SHARED_CHUNK = jax.jit(_shared_chunk, static_argnums=(0, 4))
 
 
+def _shared_score_of(shared, latent, num_obs: int):
+    """``(state, data) -> score``: :class:`~inference.early_stopping.EarlyStopping`'s held-out
+    negative log-likelihood per observation at the delta guide's median, compiled as a program
+    shared like the SVI chunk of ``shared`` (:func:`_shared_svi`); (R,) for batched states."""
+    program, held = shared
+    key = (*program.key, "score", tuple(latent), num_obs)
+    score = SharedStatic(key, (*program.value, latent, num_obs))
+    return functools.partial(_SHARED_SCORE, score, held)
+
+
+def _shared_score(program, held, state, data):
+    svi, batched, model_kwargs, latent, num_obs = program.value
+    nll = heldout_nll(held_model(held), data, num_obs)
+
+    def score(s):
+        point = svi.guide.median(svi.get_params(s))
+        return nll({k: point[k] for k in latent}, data)
+
+    return jax.vmap(score)(state) if batched else score(state)
+
+
+_SHARED_SCORE = jax.jit(_shared_score, static_argnums=0)
+
+
 def _run_chunks(
     compile_chunk, run_chunk, state, *, steps, chunk_size, batched, label, progress, monitor
 ):
@@ -675,7 +699,10 @@ def _optimise(
             "scores": [float(x) for x in scores],
         }
     if remaining > 0:
-        monitor = None if monitor_factory is None else monitor_factory(_median_of(svi, guide))
+        shared = _shared_svi(bayes_model, svi, opt, data, model_kwargs=model_kwargs, batched=False)
+        monitor = (
+            None if monitor_factory is None else monitor_factory(_median_of(svi, guide), shared)
+        )
         if monitor is not None:
             monitor.start = steps - remaining  # its steps count from the stage's start
         state, rest, c_s, r_s = _run_svi(
@@ -688,9 +715,7 @@ def _optimise(
             label=label,
             progress=progress,
             monitor=monitor,
-            shared=_shared_svi(
-                bayes_model, svi, opt, data, model_kwargs=model_kwargs, batched=False
-            ),
+            shared=shared,
         )
         timing["compile_s"] += c_s
         timing["run_s"] += r_s
@@ -766,7 +791,7 @@ def _optimise_ensemble(
         state = jax.tree.map(lambda *x: jnp.stack(x), *states)
         point_of, step, label = _median_of(svi, guide), None, f"svi ensemble x{len(states)}"
         shared = _shared_svi(bayes_model, svi, opt, data, model_kwargs=model_kwargs, batched=True)
-    monitor = None if monitor_factory is None else monitor_factory(point_of)
+    monitor = None if monitor_factory is None else monitor_factory(point_of, shared)
     state, losses, c_s, r_s = _run_svi(
         svi,
         state,
@@ -1273,7 +1298,8 @@ def fit_svi(
                 "training optimum; pass one of them"
             )
         val_obs, val_data, _ = fit_inputs(bayes_model, validation)
-        val_nll = heldout_nll(bayes_model, val_data, int(np.size(val_obs.q)))
+        val_num_obs = int(np.size(val_obs.q))
+        val_nll = heldout_nll(bayes_model, val_data, val_num_obs)
     key, seed = raw_key(key)
     k_map, k_init, k_draw, k_pred = jax.random.split(key, 4)
     model_kwargs = {} if subsample_size is None else {"subsample_size": subsample_size}
@@ -1328,19 +1354,24 @@ def fit_svi(
         if val_nll is None:
             return None
 
-        def make(point_of):
+        def make(point_of, shared=None):
             def score(state, d):
                 point = point_of(state)
                 return val_nll({k: point[k] for k in latent}, d)
 
+            if shared is not None:  # the guide's median of the SVI program shared by the chunks
+                score = _shared_score_of(shared, latent, val_num_obs)
+            elif batched:
+                score = jax.vmap(score, in_axes=(0, None))
             monitors.append(
                 EarlyStopping(
-                    jax.vmap(score, in_axes=(0, None)) if batched else score,
+                    score,
                     patience=patience,
                     label=label,
                     batched=batched,
                     data=for_steps(val_data),
                     min_delta=min_delta,
+                    jit=shared is None,
                 )
             )
             return monitors[-1]

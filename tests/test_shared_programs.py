@@ -44,6 +44,15 @@ def models():
     return out
 
 
+@pytest.fixture(scope="module")
+def validation():
+    """Held-out data of each dataset kind of :func:`models`, for early stopping."""
+    return [
+        model_data(generate_dataset("cartpole", kind, seed=4, duration=0.4))
+        for kind in ("trajectories", "uniform")
+    ]
+
+
 def _points(bm, md, count=3):
     z = unconstrain_fn(bm.model, (md,), {}, bm.init_sample())
     flat, unravel = ravel_pytree(z)
@@ -51,29 +60,41 @@ def _points(bm, md, count=3):
     return flat[None] + shifts, unravel
 
 
-def test_svi_fits_share_one_chunk_program_and_match_numpyro_svi(models, monkeypatch):
-    def fit(bm, md):
-        post = fit_svi(bm, md, key=1, steps=30, guide="delta", progress=False).idata.posterior
-        return {k: np.asarray(post[k].values) for k in post.data_vars}
+def test_svi_fits_share_one_chunk_program_and_match_numpyro_svi(models, validation, monkeypatch):
+    """The SVI chunk and the early-stopping score (held-out NLL at the guide's median)."""
+
+    def fit(bm, md, val):
+        result = fit_svi(
+            bm, md, key=1, steps=30, guide="delta", validation=val, chunk_size=10, progress=False
+        )
+        post = result.idata.posterior
+        out = {k: np.asarray(post[k].values) for k in post.data_vars}
+        out["validation scores"] = np.asarray(result.attrs["early_stopping"][0]["scores"])
+        return out
 
     traces = []
 
-    def counted(*args):
-        traces.append(args[4])  # one per trace: the chunk's length
-        return svi._shared_chunk(*args)
+    def counted(function, static):
+        def traced(*args):
+            traces.append(function.__name__)
+            return function(*args)
 
-    monkeypatch.setattr(svi, "_SHARED_CHUNK", jax.jit(counted, static_argnums=(0, 4)))
+        return jax.jit(traced, static_argnums=static)
+
+    monkeypatch.setattr(svi, "_SHARED_CHUNK", counted(svi._shared_chunk, (0, 4)))
+    monkeypatch.setattr(svi, "_SHARED_SCORE", counted(svi._shared_score, 0))
     shared = []
-    for bm, md in models:
+    for (bm, md), val in zip(models, validation, strict=True):
         before = len(traces)
-        shared.append(fit(bm, md))
+        shared.append(fit(bm, md, val))
         shared[-1]["traces"] = len(traces) - before
-    assert shared[0]["traces"] >= 1
-    assert shared[1]["traces"] == 0  # the second model ran the first's program
+    assert shared[0]["traces"] >= 2  # a chunk and the score
+    assert shared[1]["traces"] == 0  # the second model ran the first's programs
+    assert shared[0]["validation scores"].size >= 3
     # the reference: NumPyro's SVI over each model object (a program of its own)
     monkeypatch.setattr(svi, "_shared_svi", lambda *args, **kwargs: None)
-    for (bm, md), got in zip(models, shared, strict=True):
-        ref = fit(bm, md)
+    for (bm, md), val, got in zip(models, validation, shared, strict=True):
+        ref = fit(bm, md, val)
         assert len(ref) == len(got) - 1 > 0
         for k in ref:
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-12, atol=1e-14, err_msg=k)
