@@ -320,6 +320,7 @@ def _run_svi(
     """
     if shared is not None:
         program, held = shared
+        batched = program.value[1]
 
         def compile_chunk(length):
             return _SHARED_CHUNK.lower(program, held, state, data, length).compile()
@@ -327,35 +328,25 @@ def _run_svi(
         def run_chunk(compiled, state):
             return compiled(held, state, data)
 
-        return _run_chunks(
-            compile_chunk,
-            run_chunk,
-            state,
-            steps=steps,
-            chunk_size=chunk_size,
-            batched=program.value[1],
-            label=label,
-            progress=progress,
-            monitor=monitor,
-        )
-    if step is None:
+    else:
+        if step is None:
 
-        def update(s, d):
-            return svi.update(s, d, **model_kwargs)
+            def update(s, d):
+                return svi.update(s, d, **model_kwargs)
 
-        step = jax.vmap(update, in_axes=(0, None)) if batched else update
+            step = jax.vmap(update, in_axes=(0, None)) if batched else update
 
-    def chunk(state, data, length):  # the data an argument, not constants of the program
-        def body(s, _):
-            return step(s, data)
+        def chunk(state, data, length):  # the data an argument, not constants of the program
+            def body(s, _):
+                return step(s, data)
 
-        return lax.scan(body, state, None, length=length)
+            return lax.scan(body, state, None, length=length)
 
-    def compile_chunk(length):
-        return jax.jit(chunk, static_argnums=2).lower(state, data, length).compile()
+        def compile_chunk(length):
+            return jax.jit(chunk, static_argnums=2).lower(state, data, length).compile()
 
-    def run_chunk(compiled, state):
-        return compiled(state, data)
+        def run_chunk(compiled, state):
+            return compiled(state, data)
 
     return _run_chunks(
         compile_chunk,
