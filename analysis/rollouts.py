@@ -168,8 +168,8 @@ def _shared_rollout(qdd_fn_of_draw, options: tuple):
     """``(program, model argument)`` of :data:`_SHARED_ROLLOUT` where ``qdd_fn_of_draw`` is a
     model's method (``bm.qdd_fn``): the rollout is then traced once for every model of the same
     structure, its array constants an argument (``models.arguments``: a variant's grid cells on
-    a system's three dataset kinds share it). None otherwise (any other function, a controller
-    or model that does not hash)."""
+    a system's three dataset kinds share it). None otherwise (any other function, or a
+    controller that does not hash)."""
     model, method = (
         getattr(qdd_fn_of_draw, "__self__", None),
         getattr(qdd_fn_of_draw, "__func__", None),
@@ -178,11 +178,9 @@ def _shared_rollout(qdd_fn_of_draw, options: tuple):
         return None
     try:
         program = SharedStatic(("rollout", type(model), method, *options), (method, options))
-        argument = model_argument(model)
-        jax.tree.flatten(argument)  # a model that does not flatten keeps its own program
     except TypeError:
         return None
-    return program, argument
+    return program, model_argument(model)
 
 
 def _shared_rollout_program(program, argument, draws, q0, qd0, tau):

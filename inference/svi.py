@@ -1472,22 +1472,26 @@ def fit_svi(
     if stored is not None:
         guide_obj = guide_factory(guide)(inits[0])
         svi = SVI(bayes_model.model, guide_obj, optax_to_numpyro(opt), elbo)
-        state = svi.init(k_init, for_steps(data), **model_kwargs)
+        steps_data = for_steps(data)
+        state = svi.init(k_init, steps_data, **model_kwargs)
         state = state_from_dataset(stored, state, kind=f"svi/{guide}")
+        shared = _shared_svi(
+            bayes_model, svi, opt, steps_data, model_kwargs=model_kwargs, batched=False
+        )
         make_monitor = monitor_factory(guide)
         state, losses, c_s, r_s = _run_svi(
             svi,
             state,
-            for_steps(data),
+            steps_data,
             steps=steps,
             chunk_size=chunk_size,
             model_kwargs=model_kwargs,
             label=f"svi {guide}",
             progress=progress,
-            monitor=None if make_monitor is None else make_monitor(_median_of(svi, guide_obj)),
-            shared=_shared_svi(
-                bayes_model, svi, opt, for_steps(data), model_kwargs=model_kwargs, batched=False
-            ),
+            monitor=None
+            if make_monitor is None
+            else make_monitor(_median_of(svi, guide_obj), shared),
+            shared=shared,
         )
         add_timing({"compile_s": c_s, "run_s": r_s})
         restart_info = resume.attrs.get("restarts")
