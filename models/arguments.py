@@ -20,6 +20,13 @@ What counts as a constant (a leaf):
   as lists / tuples of traced scalars. Elsewhere they stay in the structure (e.g. a fixed
   ``ModelSpec.noise_scale``, which the model reads with numpy).
 
+A dataclass may name fields that no traced computation reads in a class attribute
+``untraced_fields`` (a model's ``prior`` and its spec's prior name: the prior's values are in
+the sites' Gaussians, which are leaves). They are left out of the structure, so a variant's
+two priors share their programs; inside a trace such a field holds a stand-in that raises
+``TypeError`` when used, so a computation that did read it fails loudly instead of using the
+prior of the model that was traced first.
+
 Everything else is part of the structure. Dataclasses other than robots (rebuilt field by
 field, without running ``__init__``), named tuples, tuples, lists and dicts are walked; other
 objects are compared by value where they hash (strings, numbers, robots, types, functions) and
@@ -38,7 +45,35 @@ import numpy as np
 
 import bayes_nea as bn
 
-_LEAF, _CONST, _ARRAY, _SEQ, _FLOATS, _DICT, _NAMED, _DATACLASS = range(8)
+_LEAF, _CONST, _ARRAY, _SEQ, _FLOATS, _DICT, _NAMED, _DATACLASS, _UNTRACED = range(9)
+
+
+class Untraced:
+    """Stand-in, inside a trace, for a field a dataclass lists in ``untraced_fields``: any use
+    but ``repr`` raises ``TypeError`` naming the field."""
+
+    __slots__ = ("field",)
+
+    def __init__(self, field: str):
+        object.__setattr__(self, "field", field)
+
+    def _refuse(self, *_, **__):
+        raise TypeError(
+            f"{self.field!r} is not an argument of this compiled program (it is left out of "
+            "models.arguments.ModelArgument's structure); read it outside the traced function"
+        )
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # protocol probes (hasattr(x, "__jax_array__")) stay probes
+            raise AttributeError(name)
+        self._refuse()
+
+    __str__ = __format__ = __bool__ = __hash__ = __eq__ = __ne__ = _refuse
+    __len__ = __iter__ = __contains__ = _refuse
+    __setattr__ = __call__ = __getitem__ = _refuse
+
+    def __repr__(self):
+        return f"Untraced({self.field!r})"
 
 
 def _is_constant_array(x) -> bool:
@@ -68,8 +103,11 @@ def _split(obj, leaves: list, memo: dict, in_dict: bool = False):
     elif type(obj) is dict:
         node = (_DICT, tuple((k, _split(v, leaves, memo, True)) for k, v in obj.items()))
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, (type, bn.Robot)):
+        untraced = getattr(obj, "untraced_fields", ())
         fields = tuple(
-            (f.name, _split(getattr(obj, f.name), leaves, memo)) for f in dataclasses.fields(obj)
+            (f.name, (_UNTRACED, f.name) if f.name in untraced
+             else _split(getattr(obj, f.name), leaves, memo))
+            for f in dataclasses.fields(obj)
         )
         node = (_DATACLASS, type(obj), fields)
     else:
@@ -84,6 +122,8 @@ def _join(node, leaves):
         return leaves[node[1]]
     if tag == _CONST:
         return node[1]
+    if tag == _UNTRACED:
+        return Untraced(node[1])
     if tag == _ARRAY:
         return np.frombuffer(node[3], dtype=np.dtype(node[1])).reshape(node[2]).copy()
     if tag == _FLOATS:  # leaves may be placeholders (e.g. shapes while lowering)
@@ -115,7 +155,7 @@ def _key(node, leaves_meta):
         except TypeError:
             return (tag, "id", id(node[1]))
         return (tag, type(node[1]), node[1])
-    if tag == _ARRAY:
+    if tag in (_ARRAY, _UNTRACED):
         return node
     if tag == _FLOATS:
         return (tag, node[1], leaves_meta[node[2]])

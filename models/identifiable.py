@@ -635,7 +635,7 @@ class IdentifiableModel:
             ModelData(data.q, data.qd, data.qdd, data.tau),
             n=self.robot.n,
             ndim=2,
-            what=f"data for {self.name!r}",
+            what=f"data for {self.source.spec.structure_name!r}",
         )
         if isinstance(data, BaseFeatures):
             need = "regressor" if self.source.spec.likelihood == "inverse" else "mass"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+from typing import ClassVar
 
 import numpy as np
 
@@ -91,6 +92,8 @@ class ModelSpec:
     horizon: int = DEFAULT_HORIZON
     scales: dict | None = None
     robot: bn.Robot | None = None
+    #: read when the model is built, never by its traced computations (``models.arguments``)
+    untraced_fields: ClassVar[tuple[str, ...]] = ("prior",)
 
     def __post_init__(self):
         _choice("family", self.family, FAMILY_NAMES)
@@ -167,6 +170,12 @@ class ModelSpec:
         if self.family in _SPECIAL and (self.actuator, self.prior) == _SPECIAL[self.family]:
             return self.family
         return f"{self.family}/{self.actuator}/{self.prior}"
+
+    @property
+    def structure_name(self) -> str:
+        """``"family/actuator"``: the name without the prior, which a model's traced functions
+        use in messages (a variant's two priors share their programs: ``models.arguments``)."""
+        return f"{self.family}/{self.actuator}"
 
     @classmethod
     def parse(cls, name: str) -> ModelSpec:

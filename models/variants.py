@@ -20,6 +20,7 @@ coordinates themselves. What was measured with each: ``docs/measurements.md``.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -81,6 +82,9 @@ class BayesianModel:
     likelihood: LikelihoodComponent
     scales: Scales
     noise_sites: tuple[GaussianSite, ...] = ()
+    #: the prior's values are in the sites' Gaussians; the object itself is read when the model
+    #: is built and where inference starts, never by traced computations (``models.arguments``)
+    untraced_fields: ClassVar[tuple[str, ...]] = ("prior",)
 
     @property
     def name(self) -> str:
@@ -361,7 +365,8 @@ class BayesianModel:
             self.check(data)
             dtype = jnp.result_type(data.A)
         else:
-            data = check_data(data, n=self.robot.n, ndim=self.likelihood.ndim, what=self.name)
+            what = f"data for {self.spec.structure_name!r}"
+            data = check_data(data, n=self.robot.n, ndim=self.likelihood.ndim, what=what)
             dtype = jnp.result_type(data.q)
         sample = self.sample_latent(dtype)
         self.likelihood.observe(self, sample, data, subsample_size)

@@ -1,5 +1,6 @@
 """A model as a jit argument (models.arguments): one trace for models that differ only in their
-array constants, and the same numbers as NumPyro's potential energy of each model."""
+array constants (normalisers, and a variant's two priors), and the same numbers as NumPyro's
+potential energy of each model."""
 
 from __future__ import annotations
 
@@ -35,24 +36,30 @@ def two_datasets(cartpole):
     return out
 
 
-def _models(cartpole, two_datasets, variant, *, identifiable=False):
+def _models(cartpole, two_datasets, variant, *, identifiable=False, priors=None):
+    """``[(model, data)]`` on each dataset; with ``priors``, the i-th model's prior is
+    ``priors[i]`` (``variant`` is then ``family/actuator``)."""
     models = []
-    for md, scales in two_datasets:
-        bm = build_model(variant, cartpole, scales=scales)
+    for i, (md, scales) in enumerate(two_datasets):
+        name = variant if priors is None else f"{variant}/{priors[i]}"
+        bm = build_model(name, cartpole, scales=scales)
         models.append((identifiable_where_possible(bm)[0] if identifiable else bm, md))
     return models
 
 
+BOTH_PRIORS = ("informative", "weak")
+
+
 @pytest.mark.parametrize(
-    "variant, identifiable",
+    "variant, identifiable, priors",
     [
-        ("diffnea/nn-friction/informative", False),
-        ("nokin-diffnea/stribeck/informative", True),
-        ("ffnn", False),
+        ("diffnea/nn-friction", False, BOTH_PRIORS),
+        ("nokin-diffnea/stribeck", True, BOTH_PRIORS),
+        ("ffnn", False, None),
     ],
 )
 def test_models_that_differ_in_constants_share_one_trace(
-    cartpole, two_datasets, variant, identifiable
+    cartpole, two_datasets, variant, identifiable, priors
 ):
     traces = []
 
@@ -62,14 +69,15 @@ def test_models_that_differ_in_constants_share_one_trace(
         model = held_model(argument).model
         return jax.value_and_grad(lambda u: potential_energy(model, (data,), {}, u))(z)
 
-    models = _models(cartpole, two_datasets, variant, identifiable=identifiable)
+    models = _models(cartpole, two_datasets, variant, identifiable=identifiable, priors=priors)
     (a, _), (b, _) = models
     leaves_a, tree_a = jax.tree.flatten(model_argument(a))
     leaves_b, tree_b = jax.tree.flatten(model_argument(b))
     assert tree_a == tree_b and hash(tree_a) == hash(tree_b)
     assert any(not np.array_equal(x, y) for x, y in zip(leaves_a, leaves_b, strict=True))
     for bm, md in models:
-        z = unconstrain_fn(bm.model, (md,), {}, bm.init_sample())
+        # a weak prior's median is no start (its placements put the rail along gravity)
+        z = unconstrain_fn(bm.model, (md,), {}, bm.start_sample(jax.random.key(1)))
         value, grad = energy_and_grad(model_argument(bm), md, z)
         # NumPyro's own potential energy of this model object, its constants embedded
         ref_value, ref_grad = jax.value_and_grad(
@@ -79,6 +87,27 @@ def test_models_that_differ_in_constants_share_one_trace(
         for k in ref_grad:
             np.testing.assert_allclose(grad[k], ref_grad[k], rtol=1e-10, atol=1e-12)
     assert len(traces) == 1
+
+
+def test_a_program_that_reads_the_prior_fails_loudly(cartpole, two_datasets):
+    """The prior is left out of the structure (its values are the sites' leaves): a traced
+    function that reads it gets a stand-in that refuses, never the first model's prior."""
+    (bm, _), (weak, _) = _models(cartpole, two_datasets, "diffnea/viscous", priors=BOTH_PRIORS)
+    assert jax.tree.structure(model_argument(bm)) == jax.tree.structure(model_argument(weak))
+
+    @jax.jit
+    def starts_at_median(argument):
+        return jnp.asarray(held_model(argument).prior.starts_at_median)
+
+    with pytest.raises(TypeError, match="'prior' is not an argument of this compiled program"):
+        starts_at_median(model_argument(weak))
+
+    @jax.jit
+    def variant_name(argument):
+        return jnp.asarray(len(held_model(argument).spec.name))
+
+    with pytest.raises(TypeError, match="'prior' is not an argument"):
+        variant_name(model_argument(weak))
 
 
 def test_another_structure_is_another_program(cartpole, two_datasets):

@@ -1,8 +1,9 @@
 """Programs traced once for every model of a structure (models.arguments): the SVI chunk, the
 identifiable completion, the posterior rollouts, the Laplace energies and the gradient norms.
 Two cart-pole models that differ only in their array constants (the normalisers of two datasets)
-share each program, and each model's numbers equal those of a program that closes over that
-model (NumPyro's SVI, NumPyro's potential energy, JAX's gradient)."""
+share each program, and so does the variant's other prior (its values are array constants too)
+for the programs after the fit. Each model's numbers equal those of a program that closes over
+that model (NumPyro's SVI, NumPyro's potential energy, JAX's gradient)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,15 @@ def models():
         bm = build_model(VARIANT, robot, scales=data_scales(md, robot))
         out.append((identifiable_where_possible(bm)[0], md))
     return out
+
+
+@pytest.fixture(scope="module")
+def both_priors(models):
+    """:func:`models` and the first dataset's model with the weak prior."""
+    bm, md = models[0]
+    weak_variant = VARIANT.replace("informative", "weak")
+    weak = build_model(weak_variant, bm.robot, scales=data_scales(md, bm.robot))
+    return [*models, (identifiable_where_possible(weak)[0], md)]
 
 
 @pytest.fixture(scope="module")
@@ -100,10 +110,10 @@ def test_svi_fits_share_one_chunk_program_and_match_numpyro_svi(models, validati
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-12, atol=1e-14, err_msg=k)
 
 
-def test_rollouts_of_a_model_method_share_one_program(models):
+def test_rollouts_of_a_model_method_share_one_program(both_priors):
     q0, qd0 = jnp.array([0.1, 2.0]), jnp.zeros(2)
     sizes = []
-    for bm, _ in models:
+    for bm, _ in both_priors:
         draws = jax.tree.map(lambda x: jnp.stack([x, 1.01 * x]), bm.init_sample())
         got = rollouts.make_rollout_fn(bm.qdd_fn, steps=25)(draws, q0, qd0)
         # the reference: a function that is not a model's method closes over the model
@@ -112,12 +122,12 @@ def test_rollouts_of_a_model_method_share_one_program(models):
         np.testing.assert_array_equal(got.q, ref.q)
         np.testing.assert_array_equal(got.qd, ref.qd)
         sizes.append(rollouts._SHARED_ROLLOUT._cache_size())
-    assert sizes[0] >= 1 and sizes[1] == sizes[0]
+    assert sizes[0] >= 1 and sizes[2] == sizes[1] == sizes[0]
 
 
-def test_completion_shares_one_program(models):
+def test_completion_shares_one_program(both_priors):
     sizes = []
-    for bm, _ in models:
+    for bm, _ in both_priors:
         draws, completion = bm.sample_prior(jax.random.PRNGKey(0), 4)
         theta = np.asarray(completion["theta"])
         assert np.all(np.asarray(completion["completion_ok"]))
@@ -128,12 +138,12 @@ def test_completion_shares_one_program(models):
         # and is physically consistent: positive definite pseudo-inertia of every link
         assert np.all(np.linalg.eigvalsh(pseudo_inertia_np(theta.reshape(-1, 10)))[:, 0] > 0)
         sizes.append(_complete_chunk._cache_size())
-    assert sizes[0] >= 1 and sizes[1] == sizes[0]  # the second model ran the first's program
+    assert sizes[0] >= 1 and sizes[2] == sizes[1] == sizes[0]  # the others ran the first's program
 
 
-def test_energies_and_gradient_norms_match_numpyro_and_share_programs(models):
+def test_energies_and_gradient_norms_match_numpyro_and_share_programs(both_priors):
     sizes = []
-    for bm, md in models:
+    for bm, md in both_priors:
         flat, unravel = _points(bm, md)
         got = np.asarray(_potential_energies(bm, md, flat, unravel))
         ref = [float(potential_energy(bm.model, (md,), {}, unravel(x))) for x in flat]
@@ -147,4 +157,4 @@ def test_energies_and_gradient_norms_match_numpyro_and_share_programs(models):
             ref = float(jnp.linalg.norm(jax.grad(energy)(x)))
             assert norm == pytest.approx(ref, rel=1e-10)
         sizes.append((_shared_energies._cache_size(), svi._shared_gradient_norms._cache_size()))
-    assert min(sizes[0]) >= 1 and sizes[1] == sizes[0]
+    assert min(sizes[0]) >= 1 and sizes[2] == sizes[1] == sizes[0]
