@@ -44,6 +44,7 @@ from models._sites import (
     Scales,
     build_component,
     feature_size,
+    state_feature_rows,
     state_features,
 )
 from models.priors import Prior
@@ -93,10 +94,12 @@ class Actuator(abc.ABC):
     def torque_joint_major(self, sample: dict, tau_d: Array, q: Array, qd: Array) -> Array:
         """:meth:`torque` of N states at once, joint-major: ``tau_d, q, qd`` (n, N) -> (n, N).
 
-        For the identifiable geometry's likelihood, which keeps every per-joint row contiguous.
-        Default: :meth:`torque` vmapped over the states; joint-wise laws override it with the
-        law on the rows (vmap computes batch-first: on (N, 2) arrays the Stribeck law's gradient
-        cost 1.9 ms at N = 50,000, on (2, N) rows 0.57 ms).
+        For the likelihoods (``models.variants.BayesianModel.qdd_batch``, the identifiable
+        geometry's features), which keep every per-joint row contiguous. Default: :meth:`torque`
+        vmapped over the states; joint-wise laws override it with the law on the rows (vmap
+        computes batch-first: on (N, 2) arrays the Stribeck law's gradient cost 1.9 ms at N =
+        50,000, on (2, N) rows 0.57 ms), and network actuators with their networks on the rows
+        (``models._sites.BayesianNet.apply_rows``).
         """
         return jax.vmap(lambda t, a, b: self.torque(sample, t, a, b), in_axes=1, out_axes=1)(
             tau_d, q, qd
@@ -356,6 +359,16 @@ class NNFriction(_Network, _Friction):
         )
         return -jnp.sign(qd) * self._tau_scale(qd.dtype) * magnitude
 
+    def torque_joint_major(self, sample, tau_d, q, qd):
+        v = qd / jnp.asarray(self.scales.qd, qd.dtype)[:, None]
+        magnitude = jnp.stack(
+            [
+                jnp.sum(jnp.abs(net.apply_rows(sample, v[i : i + 1])), axis=0)
+                for i, net in enumerate(self.joint_nets)
+            ]
+        )
+        return tau_d - jnp.sign(qd) * self._tau_scale(qd.dtype)[:, None] * magnitude
+
 
 NETWORK_FORMAT = 2
 """Version of the network actuators' structure, stored with every fit and grid cell. 2: the
@@ -432,6 +445,18 @@ class NNResidual(_Network, _Friction):
         )
         return -self._tau_scale(qd.dtype) * (RESIDUAL_COUPLED_SCALE * coupled + local)
 
+    def torque_joint_major(self, sample, tau_d, q, qd):
+        coupled = self.net.apply_rows(sample, state_feature_rows(self.robot, self.scales, q, qd))
+        v = qd / jnp.asarray(self.scales.qd, qd.dtype)[:, None]
+        local = jnp.concatenate(
+            [
+                net.apply_rows(sample, jnp.stack([v[i], jnp.sign(v[i])]))
+                for i, net in enumerate(self.joint_nets)
+            ]
+        )
+        scale = self._tau_scale(qd.dtype)[:, None]
+        return tau_d - scale * (RESIDUAL_COUPLED_SCALE * coupled + local)
+
 
 @final
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -465,6 +490,11 @@ class FFNN(_Network):
         s = self._tau_scale(tau_d.dtype)
         x = jnp.concatenate([tau_d / s, state_features(self.robot, self.scales, q, qd)])
         return tau_d + s * self.net.module(sample, tau_d.dtype)(x)
+
+    def torque_joint_major(self, sample, tau_d, q, qd):
+        s = self._tau_scale(tau_d.dtype)[:, None]
+        x = jnp.concatenate([tau_d / s, state_feature_rows(self.robot, self.scales, q, qd)])
+        return tau_d + s * self.net.apply_rows(sample, x)
 
 
 ACTUATOR_CLASSES = {

@@ -42,6 +42,7 @@ from models._sites import (
     Scales,
     build_component,
     feature_size,
+    state_feature_rows,
     state_features,
 )
 from models.priors import Prior
@@ -235,6 +236,18 @@ class FFNNFamily(Family):
             ]
         )
         return jnp.asarray(self.scales.qdd, dtype) * self.net.module(sample, dtype)(x)
+
+    def qdd_joint_major(self, sample: dict, q: Array, qd: Array, tau_d: Array) -> Array:
+        """:meth:`qdd` of N states at once, joint-major: ``q, qd, tau_d`` (n, N) -> (n, N) (the
+        network on the rows: ``models._sites.BayesianNet.apply_rows``)."""
+        dtype = q.dtype
+        x = jnp.concatenate(
+            [
+                state_feature_rows(self.robot, self.scales, q, qd),
+                tau_d / jnp.asarray(self.scales.tau, dtype)[:, None],
+            ]
+        )
+        return jnp.asarray(self.scales.qdd, dtype)[:, None] * self.net.apply_rows(sample, x)
 
 
 FAMILY_CLASSES = {"nokin-diffnea": NoKinDiffNEA, "diffnea": DiffNEA, "nea": NEA, "ffnn": FFNNFamily}

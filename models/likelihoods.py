@@ -464,7 +464,7 @@ class Forward(_PerSample):
     noise_keys: ClassVar[tuple[str, ...]] = ("qdd",)
 
     def predict(self, model, sample, batch):
-        return jax.vmap(model.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
+        return model.qdd_batch(sample, batch.q, batch.qd, batch.tau)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -492,7 +492,7 @@ class ForwardEffort(Likelihood):
 
     def predict(self, model, sample, batch):
         """Mean (N, n) and Cholesky factor (N, n, n) of each sample's acceleration noise."""
-        mean = jax.vmap(model.qdd_fn(sample))(batch.q, batch.qd, batch.tau)
+        mean = model.qdd_batch(sample, batch.q, batch.qd, batch.tau)
         return mean, self.noise_tril(model, sample, batch.q)
 
     def observe(self, model, sample, data, subsample_size):

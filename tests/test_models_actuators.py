@@ -103,18 +103,50 @@ def test_viscous_and_stribeck_match_their_formulas(furuta):
         np.testing.assert_allclose(np.asarray(rows).T, expected, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("name", ["ideal", "nn-friction", "ffnn"])
-def test_joint_major_torque_is_the_torque_of_each_state(name, furuta):
-    """The default joint-major path (networks) and the ideal actuator's: column s of the (n, N)
-    result is the torque of state s."""
-    actuator = make_actuator(name, furuta, get_prior("weak"), characteristic_scales(furuta))
+@pytest.mark.parametrize("system", ["furuta", "cartpole"])
+@pytest.mark.parametrize("name", ["ideal", "nn-friction", "nn-residual", "ffnn"])
+def test_joint_major_torque_is_the_torque_of_each_state(name, system):
+    """The joint-major paths of the network actuators (networks on the rows) and the ideal
+    actuator's: column s of the (n, N) result is the torque of state s (revolute and prismatic
+    joints' features)."""
+    robot = bn.get_system(system)
+    actuator = make_actuator(name, robot, get_prior("weak"), characteristic_scales(robot))
     sample = handlers.seed(actuator.sample, 2)(jnp.float64)
-    q, qd = _states(furuta, 11)
+    q, qd = _states(robot, 11)
     tau_d = jax.random.normal(jax.random.key(12), q.shape, q.dtype)
     per_state = jax.vmap(lambda t, a, b: actuator.torque(sample, t, a, b))(tau_d, q, qd)
     rows = actuator.torque_joint_major(sample, tau_d.T, q.T, qd.T)
-    assert rows.shape == (furuta.n, q.shape[0])
+    assert rows.shape == (robot.n, q.shape[0])
     np.testing.assert_allclose(np.asarray(rows).T, np.asarray(per_state), rtol=1e-12, atol=1e-14)
+
+
+def test_network_rows_are_the_equinox_network_and_its_gradient():
+    """``BayesianNet.apply_rows`` (feature-major) equals equinox's MLP applied to each input, and
+    so do the gradients of a loss through it with respect to every weight and the inputs."""
+    from models._sites import BayesianNet
+
+    net = BayesianNet("net", 3, 2, width=8, depth=2)
+    sample = net.draw(jax.random.key(0), jnp.float64)
+    x = jax.random.normal(jax.random.key(1), (3, 40), jnp.float64)
+
+    def reference(sample, x):
+        module = net.module(sample, x.dtype)
+        return jnp.sum(jnp.sin(jax.vmap(module, in_axes=1, out_axes=1)(x)))
+
+    def rows(sample, x):
+        return jnp.sum(jnp.sin(net.apply_rows(sample, x)))
+
+    module = net.module(sample, jnp.float64)
+    assert len(sample) == 6  # three layers' weights and biases
+    np.testing.assert_allclose(
+        np.asarray(net.apply_rows(sample, x)),
+        np.asarray(jax.vmap(module, in_axes=1, out_axes=1)(x)),
+        rtol=1e-13,
+        atol=1e-14,
+    )
+    got, want = jax.grad(rows, (0, 1))(sample, x), jax.grad(reference, (0, 1))(sample, x)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-13)
 
 
 @pytest.mark.parametrize("name", ["ideal", "viscous", "stribeck", "nn-friction", "nn-residual"])

@@ -81,6 +81,11 @@ def test_variant_builds_traces_and_has_finite_density(name, cartpole, data):
     # physical is pure, vmappable over draws, and finite
     for value in phys.values():
         assert value.shape[0] == 3 and np.all(np.isfinite(np.asarray(value)))
+    # the likelihoods' batch path (networks on the states' rows) is each state's qdd_fn
+    batch = model.qdd_batch(draws[0], data.q, data.qd, data.tau)
+    per_state = jax.vmap(model.qdd_fn(draws[0]))(data.q, data.qd, data.tau)
+    assert batch.shape == data.q.shape
+    np.testing.assert_allclose(np.asarray(batch), np.asarray(per_state), rtol=1e-10, atol=1e-10)
     if model.family.white_box:
         assert phys["theta"].shape == (3, cartpole.n, 10)
         if name != "nea":  # NEA's Gaussian theta need not be physical; the others always are
