@@ -10,7 +10,8 @@ A :class:`GaussianSite` is one NumPyro sample site over an unconstrained coordin
 A :class:`BayesianNet` is an equinox MLP whose weights are NumPyro sample sites, registered with
 ``numpyro.contrib.module.random_eqx_module`` (priors ``N(0, 1/fan_in)`` on weights, ``N(0, 1)``
 on biases); :meth:`BayesianNet.module` rebuilds the network from a sample dict without NumPyro, so
-it runs inside ``jax.vmap`` over draws.
+it runs inside ``jax.vmap`` over draws, and :meth:`BayesianNet.apply_rows` runs it on many inputs
+at once, feature-major (the likelihoods' batches).
 """
 
 from __future__ import annotations
