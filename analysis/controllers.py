@@ -231,7 +231,7 @@ def check_controller(
     task: Task,
     duration: float,
     dt: float = DEFAULT_DT,
-    batch_size: int | None = None,
+    batch_size: int | str | None = "auto",
     delay_steps: int = 0,
 ) -> ControllerCheck:
     """Run ``controller`` in closed loop on every posterior draw and score it against ``task``.
@@ -246,6 +246,7 @@ def check_controller(
         duration: seconds to simulate (``steps = round(duration / dt)``).
         delay_steps: actuation delay of the plant in steps (e.g. a simulated hardware-like
             system's, :func:`bayes_nea.delay_steps`).
+        batch_size: draws per batch (:func:`analysis.rollouts.make_rollout_fn`).
     Returns:
         :class:`ControllerCheck` (per-draw success, settling time, tracking error, ...).
     """

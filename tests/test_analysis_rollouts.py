@@ -112,7 +112,7 @@ def test_vmapped_equals_single_integrations_and_batches(cartpole, draws, rollout
     traj = posterior_rollouts(draw_qdd_fn(cartpole), draws, q0s, qd0s, tau=tau, dt=DT, batch_size=5)
     of_draw = draw_qdd_fn(cartpole)
     single = jax.jit(lambda draw, q0, qd0: bn.integrate(of_draw(draw), q0, qd0, tau, dt=DT))
-    for k in (0, 7, 15):  # 15 lands in lax.map's remainder batch
+    for k in (0, 7, 15):  # 15 lands in the last batch, padded with copies of it
         ref = single(jax.tree.map(lambda x, k=k: x[k], draws), q0s[k], qd0s[k])
         np.testing.assert_allclose(np.asarray(traj.q[k]), np.asarray(ref.q), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(np.asarray(traj.q[:, 0]), np.asarray(q0s))
@@ -123,6 +123,29 @@ def test_vmapped_equals_single_integrations_and_batches(cartpole, draws, rollout
         np.asarray(single(jax.tree.map(lambda x: x[7], draws), q0s[3], qd0s[3]).q),
         atol=1e-12,
     )
+
+
+def test_auto_batches_fit_the_cache_and_change_nothing(cartpole, draws):
+    from analysis.rollouts import ROLLOUT_BATCH_BYTES, auto_batch_size
+
+    assert auto_batch_size(draws) is None  # a rigid body's few parameters: all draws at once
+    wide = ROLLOUT_BATCH_BYTES // 8 // 32  # float64 values per draw: 32 draws fill the budget
+    big = {"w": np.zeros((100, wide))}
+    assert auto_batch_size(big) == 25  # 4 equal batches of 25, not 3 x 32 + 4
+    assert auto_batch_size(big, jnp.float32) == 50  # float32 draws: half the bytes
+    # draws carrying a large leaf the dynamics ignore: batched by lax.map, the same rollouts
+    padded = {**draws, "pad": jnp.zeros((16, ROLLOUT_BATCH_BYTES // 8 // 7))}  # 6 fit
+    assert auto_batch_size(padded) == 6  # 16 draws in 3 batches: 6, 6 and 4
+    q0s = jnp.asarray(np.random.default_rng(3).normal(0, 0.3, (16, 2)))
+    qd0s = jnp.zeros((16, 2))
+    auto = posterior_rollouts(draw_qdd_fn(cartpole), padded, q0s, qd0s, steps=STEPS, dt=DT)
+    whole = posterior_rollouts(
+        draw_qdd_fn(cartpole), padded, q0s, qd0s, steps=STEPS, dt=DT, batch_size=None
+    )
+    np.testing.assert_allclose(np.asarray(auto.q), np.asarray(whole.q), rtol=1e-12, atol=1e-12)
+    for bad in ("big", 0, 2.5):
+        with pytest.raises(ValueError, match="batch_size"):
+            make_rollout_fn(draw_qdd_fn(cartpole), steps=STEPS, batch_size=bad)
 
 
 def test_closed_loop_uses_controller(cartpole, draws):
