@@ -22,6 +22,7 @@ from numpyro.infer import MCMC, NUTS
 from numpyro.infer.initialization import init_to_mean
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
+from inference._chains import ChainProgram, constrained_draws, layout_of, run_chains
 from inference._common import (
     base_attrs,
     check_same_fit,
@@ -239,6 +240,7 @@ def _whitened_warmup(
     target_accept: float,
     max_tree_depth: int,
     progress: bool,
+    shared: tuple | None = None,
 ):
     """Stan's windowed adaptation of a dense metric in coordinates whitened by ``inverse_mass``.
 
@@ -253,6 +255,10 @@ def _whitened_warmup(
     Args:
         potential: ``x (d,) -> -log density``.
         starts: (C, d) the chains' starts.
+        shared: ``(bayes_model, data, layout, transform)`` of ``potential``
+            (:func:`_potential`) where the chains run one after the other: they then run as
+            :func:`inference._chains.run_chains`, a program shared by every model of the
+            structure.
 
     Returns:
         (the chains' adapted inverse mass matrices mapped back to ``x`` and averaged, (d, d);
@@ -261,6 +267,22 @@ def _whitened_warmup(
     x0 = starts[0]
     L = jnp.linalg.cholesky(jnp.asarray(inverse_mass, x0.dtype))
     u0 = jax.scipy.linalg.solve_triangular(L, (starts - x0).T, lower=True).T
+    if shared is not None and (chain_method == "sequential" or num_chains == 1):
+        bayes_model, data, layout, transform = shared
+        program = ChainProgram(
+            "flat",
+            layout,
+            True,
+            num_warmup,
+            0,
+            _kernel(dense_mass=True, target_accept=target_accept, max_tree_depth=max_tree_depth),
+        )
+        aux = {"transform": transform, "x0": x0, "L": L}
+        _, state = run_chains(program, bayes_model, data, aux, u0[:num_chains], key)
+        metric_u = state.adapt_state.inverse_mass_matrix.mean(0)
+        ends = x0 + state.z @ L.T
+        metric_x = L @ metric_u @ L.T
+        return 0.5 * (metric_x + metric_x.T), ends
     kernel = NUTS(
         potential_fn=lambda u: potential(x0 + L @ u),
         dense_mass=True,
@@ -296,10 +318,26 @@ def _potential(bayes_model, data, unravel, transform=None):
     return potential
 
 
+def _kernel(*, dense_mass: bool, target_accept: float, max_tree_depth: int, adapt_mass=True):
+    """:attr:`inference._chains.ChainProgram.kernel` of NUTS with these options."""
+    return (
+        ("adapt_mass_matrix", bool(adapt_mass)),
+        ("dense_mass", bool(dense_mass)),
+        ("max_tree_depth", int(max_tree_depth)),
+        ("target_accept_prob", float(target_accept)),
+    )
+
+
+def _chain_axis(init_params, num_chains):
+    """``init_params`` (per site, a leading chain axis where ``num_chains > 1``) with a leading
+    chain axis everywhere."""
+    return init_params if num_chains > 1 else jax.tree.map(lambda x: x[None], init_params)
+
+
 def _flat_chains(init_params, num_chains):
     """``(starts (C, d), unravel)`` of unconstrained starting points (per site, a leading chain
     axis where ``num_chains > 1``)."""
-    chains = init_params if num_chains > 1 else jax.tree.map(lambda x: x[None], init_params)
+    chains = _chain_axis(init_params, num_chains)
     unravel = ravel_pytree(jax.tree.map(lambda x: x[0], chains))[1]
     return jax.vmap(lambda p: ravel_pytree(p)[0])(chains), unravel
 
@@ -345,6 +383,28 @@ def _run_mapped(
             "dense_mass": True,
             "adapt_mass_matrix": False,
         }
+    if previous is None and (settings["chain_method"] == "sequential" or num_chains == 1):
+        program = ChainProgram(
+            "flat",
+            layout_of(jax.tree.map(lambda x: x[0], _chain_axis(init_params, num_chains))),
+            False,
+            num_warmup,
+            num_samples,
+            _kernel(
+                dense_mass=metric.get("dense_mass", False),
+                target_accept=settings["target_accept"],
+                max_tree_depth=settings["max_tree_depth"],
+                adapt_mass=metric["adapt_mass_matrix"],
+            ),
+            EXTRA_FIELDS,
+        )
+        aux = {"transform": transform}
+        if inverse_mass is not None:
+            aux["inverse_mass"] = jnp.asarray(inverse_mass, starts.dtype)
+        collected, last_state = run_chains(program, bayes_model, data, aux, starts, run_key)
+        samples = constrained_draws(program, bayes_model, data, aux, collected["z"])
+        samples = {k: np.asarray(v) for k, v in jax.block_until_ready(samples).items()}
+        return samples, _sample_stats(collected, settings["max_tree_depth"]), last_state
     kernel = NUTS(
         potential_fn=potential,
         **metric,
@@ -581,6 +641,7 @@ def fit_nuts(
         flat, unravel = _flat_chains(init_params, num_chains)
         if transform is not None:
             flat = jnp.asarray(transform.inverse(np.asarray(flat)), flat.dtype)
+        layout = layout_of(jax.tree.map(lambda x: x[0], _chain_axis(init_params, num_chains)))
         fixed_metric, ends = _whitened_warmup(
             _potential(bayes_model, data, unravel, transform),
             fixed_metric,
@@ -592,6 +653,7 @@ def fit_nuts(
             target_accept=settings["target_accept"],
             max_tree_depth=settings["max_tree_depth"],
             progress=progress,
+            shared=(bayes_model, data, layout, transform),
         )
         if transform is None:
             init_params = jax.vmap(unravel)(ends)
@@ -620,6 +682,34 @@ def fit_nuts(
             samples, stats, wall_s = _with_previous(previous, samples, stats, settings, wall_s)
         return _nuts_result(
             bayes_model, observations, samples, stats, last_state, settings, wall_s,
+            seed=seed, summary=summary, key=k_pred, num_predictive=num_predictive,
+            log_likelihood=log_likelihood, complete=complete,
+        )
+    shared = init_params is not None and (chain_method == "sequential" or num_chains == 1)
+    if previous is None and shared:
+        starts = _chain_axis(init_params, num_chains)
+        program = ChainProgram(
+            "sites",
+            layout_of(jax.tree.map(lambda x: x[0], starts)),
+            False,
+            run_warmup,
+            num_samples,
+            _kernel(
+                dense_mass=settings["dense_mass"],
+                target_accept=settings["target_accept"],
+                max_tree_depth=settings["max_tree_depth"],
+                adapt_mass=fixed_metric is None,
+            ),
+            EXTRA_FIELDS,
+        )
+        aux = {} if fixed_metric is None else {"inverse_mass": fixed_metric}
+        collected, last_state = run_chains(program, bayes_model, data, aux, starts, k_run)
+        samples = constrained_draws(program, bayes_model, data, aux, collected["z"])
+        samples = jax.block_until_ready(samples)
+        wall_s = time.perf_counter() - t0
+        return _nuts_result(
+            bayes_model, observations, {k: np.asarray(samples[k]) for k in latent},
+            _sample_stats(collected, settings["max_tree_depth"]), last_state, settings, wall_s,
             seed=seed, summary=summary, key=k_pred, num_predictive=num_predictive,
             log_likelihood=log_likelihood, complete=complete,
         )

@@ -158,3 +158,45 @@ def test_energies_and_gradient_norms_match_numpyro_and_share_programs(both_prior
             assert norm == pytest.approx(ref, rel=1e-10)
         sizes.append((_shared_energies._cache_size(), svi._shared_gradient_norms._cache_size()))
     assert min(sizes[0]) >= 1 and sizes[2] == sizes[1] == sizes[0]
+
+
+@pytest.mark.parametrize("metric", ["laplace", "laplace-adapt", "softplus-adapt"])
+def test_nuts_chains_share_one_program_and_match_numpyro_mcmc(both_priors, metric):
+    """Sequential chains run as inference._chains programs: draws, tree sizes and the stored
+    state equal NumPyro's MCMC (the path fit_nuts takes for parallel chains; on one device it
+    runs them one after the other) up to the rounding of another program, and the other
+    models of the structure trace no new chain program."""
+    import warnings
+
+    from inference import _chains, fit_nuts
+
+    def fit(bm, md, chain_method):
+        # from the polished MAP: from a point far from the mode the step-size search is chaotic
+        # (any rounding changes the trees), as NUTS's warm-up in the grid never is
+        start = fit_svi(bm, md, key=0, steps=300, polish=True, progress=False)
+        with warnings.catch_warnings():  # "parallel" on one device: NumPyro's fallback warning
+            warnings.simplefilter("ignore", UserWarning)
+            return fit_nuts(
+                bm, md, key=1, init=start, metric=metric, num_warmup=30,
+                num_samples=10, num_chains=2, chain_method=chain_method, progress=False,
+                num_predictive=0, log_likelihood=False, complete=False,
+            )
+
+    bm, md = both_priors[0]
+    ours, numpyro_mcmc = fit(bm, md, "sequential"), fit(bm, md, "parallel")
+    assert ours.attrs["settings"]["metric"] == metric
+    a = ours.posterior_samples(group_by_chain=True)
+    b = numpyro_mcmc.posterior_samples(group_by_chain=True)
+    assert sorted(a) == sorted(b)
+    for k in a:
+        # the same draws (others would differ by about a posterior sd, 0.05-0.5 here)
+        np.testing.assert_allclose(np.asarray(a[k]), np.asarray(b[k]), rtol=1e-5, atol=1e-5)
+    sa, sb = (f.idata["sample_stats"] for f in (ours, numpyro_mcmc))
+    np.testing.assert_array_equal(sa["n_steps"].values, sb["n_steps"].values)
+    np.testing.assert_allclose(sa["step_size"].values, sb["step_size"].values, rtol=1e-6)
+    na, nb = (f.idata["nuts_state"] for f in (ours, numpyro_mcmc))
+    assert sorted(na.data_vars) == sorted(nb.data_vars)  # the same state: `extend` continues it
+    traced = _chains._chain._cache_size()
+    for other, other_md in both_priors[1:]:
+        fit(other, other_md, "sequential")
+    assert _chains._chain._cache_size() == traced
