@@ -1,4 +1,9 @@
-"""NUTS (Hoffman & Gelman 2014) over a model's latent sites with NumPyro's ``MCMC``.
+"""NUTS (Hoffman & Gelman 2014) over a model's latent sites with NumPyro's NUTS kernel.
+
+Chains that run one after the other without a progress bar (the benchmark grid's) run as
+:mod:`inference._chains` programs, shared by every model of a structure; parallel chains,
+``extend`` and runs with a progress bar use NumPyro's ``MCMC``. Both give the same draws up to
+rounding.
 
 Chains run in parallel (``chain_method="parallel"``) when JAX sees at least as many devices as
 chains, else one after the other. On a CPU, JAX sees one device unless the host is split *before
@@ -256,9 +261,9 @@ def _whitened_warmup(
         potential: ``x (d,) -> -log density``.
         starts: (C, d) the chains' starts.
         shared: ``(bayes_model, data, layout, transform)`` of ``potential``
-            (:func:`_potential`) where the chains run one after the other: they then run as
-            :func:`inference._chains.run_chains`, a program shared by every model of the
-            structure.
+            (:func:`_potential`) where the chains run one after the other without a progress
+            bar: they then run as :func:`inference._chains.run_chains`, a program shared by
+            every model of the structure.
 
     Returns:
         (the chains' adapted inverse mass matrices mapped back to ``x`` and averaged, (d, d);
@@ -267,7 +272,7 @@ def _whitened_warmup(
     x0 = starts[0]
     L = jnp.linalg.cholesky(jnp.asarray(inverse_mass, x0.dtype))
     u0 = jax.scipy.linalg.solve_triangular(L, (starts - x0).T, lower=True).T
-    if shared is not None and (chain_method == "sequential" or num_chains == 1):
+    if shared is not None and not progress and (chain_method == "sequential" or num_chains == 1):
         bayes_model, data, layout, transform = shared
         program = ChainProgram(
             "flat",
@@ -383,7 +388,9 @@ def _run_mapped(
             "dense_mass": True,
             "adapt_mass_matrix": False,
         }
-    if previous is None and (settings["chain_method"] == "sequential" or num_chains == 1):
+    if previous is None and not progress and (
+        settings["chain_method"] == "sequential" or num_chains == 1
+    ):
         program = ChainProgram(
             "flat",
             layout_of(jax.tree.map(lambda x: x[0], _chain_axis(init_params, num_chains))),
@@ -685,8 +692,8 @@ def fit_nuts(
             seed=seed, summary=summary, key=k_pred, num_predictive=num_predictive,
             log_likelihood=log_likelihood, complete=complete,
         )
-    shared = init_params is not None and (chain_method == "sequential" or num_chains == 1)
-    if previous is None and shared:
+    sequential = chain_method == "sequential" or num_chains == 1
+    if previous is None and init_params is not None and sequential and not progress:
         starts = _chain_axis(init_params, num_chains)
         program = ChainProgram(
             "sites",
