@@ -13,7 +13,7 @@ It runs what ``MCMC(NUTS(...)).run`` / ``.warmup`` run, key for key: a run's key
 one key per chain (where there are several), each chain's key into the kernel's key and the
 (unused) key of NumPyro's model initialisation; the kernel is initialised at the chain's start,
 takes ``num_warmup`` adapting steps and then ``num_samples`` collected ones. Draws agree with
-``MCMC`` up to the rounding of another compiled program (tests/test_inference_chains.py).
+``MCMC`` up to the rounding of another compiled program (tests/test_shared_programs.py).
 """
 
 from __future__ import annotations
