@@ -2,7 +2,7 @@
 
 NumPyro's ``MCMC`` compiles its sampling loop per ``MCMC`` object (the loop closes over the
 kernel, which closes over the model), and ``HMC.init`` runs the kernel's initialisation (the
-first gradient, the step-size search) outside any compiled program. A grid of fits of one
+first potential and gradient) outside any compiled program. A grid of fits of one
 variant on several datasets therefore traced, lowered and loaded the same loop again for every
 fit (about 2.5 s a NUTS cell, docs/measurements.md). Here one chain, initialisation, warm-up and
 draws, is one ``jax.jit`` program of NumPyro's own kernel (``numpyro.infer.hmc.hmc`` with
