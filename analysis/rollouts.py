@@ -166,9 +166,10 @@ nothing."""
 
 def auto_batch_size(draws: Any, dtype=jnp.float64) -> int | None:
     """Draws per ``lax.map`` batch for rollouts of ``draws`` (pytree, leading axis D) computed in
-    ``dtype``: as many as fit in :data:`ROLLOUT_BATCH_BYTES` (spread evenly over the batches), or
-    None (all D at once) where they all fit. Each step of a rollout reads every draw's parameters (a network's weights); all D
-    vmapped at once stream them from memory at every one of the 4 T forward dynamics."""
+    ``dtype``: as many as fit in :data:`ROLLOUT_BATCH_BYTES` (spread evenly over the batches),
+    or None (all D at once) where they all fit. Each step of a rollout reads every draw's
+    parameters (a network's weights); all D vmapped at once stream them from memory at every one
+    of the 4 T forward dynamics."""
     d = num_draws(draws)
     itemsize = max(jnp.dtype(dtype).itemsize, 4)
     per_draw = sum(int(np.prod(np.shape(x)[1:], dtype=int)) for x in jax.tree.leaves(draws))

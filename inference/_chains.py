@@ -80,6 +80,12 @@ def layout_of(sites: dict) -> tuple:
     )
 
 
+def _unravel(program: ChainProgram):
+    """Flat coordinates (d,) -> ``{site: value}`` in :attr:`ChainProgram.layout`."""
+    template = {k: jnp.zeros(shape, dtype) for k, shape, dtype in program.layout}
+    return ravel_pytree(template)[1]
+
+
 def _potential_gen(program: ChainProgram):
     """``potential_fn_gen(argument, data, aux) -> potential`` for ``hmc``."""
 
@@ -87,8 +93,7 @@ def _potential_gen(program: ChainProgram):
         model = held_model(argument).model
         if program.coordinates == "sites":
             return lambda z: potential_energy(model, (data,), {}, z)
-        template = {k: jnp.zeros(shape, dtype) for k, shape, dtype in program.layout}
-        unravel = ravel_pytree(template)[1]
+        unravel = _unravel(program)
         transform = aux.get("transform")
 
         def flat(x):
@@ -179,8 +184,7 @@ def _constrained(program: ChainProgram, argument, data, aux, positions):
         if program.coordinates == "flat":
             transform = aux.get("transform")
             z = x if transform is None else transform.forward(x)[0]
-            template = {k: jnp.zeros(shape, dtype) for k, shape, dtype in program.layout}
-            x = ravel_pytree(template)[1](z)
+            x = _unravel(program)(z)
         return constrain_fn(model, (data,), {}, x)
 
     return jax.vmap(jax.vmap(one))(positions)

@@ -339,6 +339,11 @@ def _chain_axis(init_params, num_chains):
     return init_params if num_chains > 1 else jax.tree.map(lambda x: x[None], init_params)
 
 
+def _layout(init_params, num_chains):
+    """:func:`inference._chains.layout_of` one chain's ``init_params``."""
+    return layout_of(jax.tree.map(lambda x: x[0], _chain_axis(init_params, num_chains)))
+
+
 def _flat_chains(init_params, num_chains):
     """``(starts (C, d), unravel)`` of unconstrained starting points (per site, a leading chain
     axis where ``num_chains > 1``)."""
@@ -393,7 +398,7 @@ def _run_mapped(
     ):
         program = ChainProgram(
             "flat",
-            layout_of(jax.tree.map(lambda x: x[0], _chain_axis(init_params, num_chains))),
+            _layout(init_params, num_chains),
             False,
             num_warmup,
             num_samples,
@@ -648,7 +653,7 @@ def fit_nuts(
         flat, unravel = _flat_chains(init_params, num_chains)
         if transform is not None:
             flat = jnp.asarray(transform.inverse(np.asarray(flat)), flat.dtype)
-        layout = layout_of(jax.tree.map(lambda x: x[0], _chain_axis(init_params, num_chains)))
+        layout = _layout(init_params, num_chains)
         fixed_metric, ends = _whitened_warmup(
             _potential(bayes_model, data, unravel, transform),
             fixed_metric,
@@ -697,7 +702,7 @@ def fit_nuts(
         starts = _chain_axis(init_params, num_chains)
         program = ChainProgram(
             "sites",
-            layout_of(jax.tree.map(lambda x: x[0], starts)),
+            _layout(init_params, num_chains),
             False,
             run_warmup,
             num_samples,
