@@ -12,8 +12,10 @@ traced once per model structure and settings.
 It runs what ``MCMC(NUTS(...)).run`` / ``.warmup`` run, key for key: a run's key is split into
 one key per chain (where there are several), each chain's key into the kernel's key and the
 (unused) key of NumPyro's model initialisation; the kernel is initialised at the chain's start,
-takes ``num_warmup`` adapting steps and then ``num_samples`` collected ones. Draws agree with
-``MCMC`` up to the rounding of another compiled program (tests/test_shared_programs.py).
+takes ``num_warmup`` adapting steps and then ``num_samples`` collected ones. A continued
+program (``continued=True``, ``MCMC.run`` after setting ``post_warmup_state``) takes the
+collected steps from a stored state instead. Draws agree with ``MCMC`` up to the rounding of
+another compiled program (tests/test_shared_programs.py).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class ChainProgram(NamedTuple):
         num_warmup, num_samples: adapting steps, then collected ones (0: a warm-up only).
         kernel: sorted ``((option, value), ...)`` of ``init_kernel``'s static options.
         fields: state fields collected after :data:`COLLECTED` (e.g. ``"adapt_state.step_size"``).
+        continued: the chain's start is a stored state (:func:`state_template`), which takes
+            ``num_samples`` steps with no initialisation or warm-up (``num_warmup`` must be 0).
     """
 
     coordinates: str
@@ -71,6 +75,7 @@ class ChainProgram(NamedTuple):
     num_samples: int
     kernel: tuple
     fields: tuple = ()
+    continued: bool = False
 
 
 def layout_of(sites: dict) -> tuple:
@@ -114,24 +119,31 @@ def _chain(program: ChainProgram, argument, data, aux, start, key):
     """One chain (module docstring): ``(collected fields, (num_samples, ...) each; last state)``."""
     init_kernel, sample_kernel = hmc(potential_fn_gen=_potential_gen(program), algo="NUTS")
     model_args = (argument, data, aux)
-    key, _ = jax.random.split(key)  # HMC.init's split: the second half seeds model init
+    if not program.continued:
+        key, _ = jax.random.split(key)  # HMC.init's split: the second half seeds model init
     options = {**NUTS_DEFAULTS, **dict(program.kernel)}
     if program.coordinates == "sites":  # HMC.init's structured form for a model's sites
         sites = tuple(k for k, *_ in program.layout)
         options["dense_mass"] = [sites] if options["dense_mass"] else []
-    state = init_kernel(
-        start,
-        program.num_warmup,
-        inverse_mass_matrix=aux.get("inverse_mass"),
-        **options,
-        model_args=model_args,
-        rng_key=key,
-    )
+    if program.continued:
+        # as MCMC's template `kernel.init(key, 0, ...)`: sets the kernel's closures (no warm-up
+        # steps left, so the stored adaptation stays); its state is unused and compiled away
+        init_kernel(start.z, 0, **options, model_args=model_args, rng_key=start.rng_key)
+        state = start
+    else:
+        state = init_kernel(
+            start,
+            program.num_warmup,
+            inverse_mass_matrix=aux.get("inverse_mass"),
+            **options,
+            model_args=model_args,
+            rng_key=key,
+        )
 
-    def step(s, _):
-        return sample_kernel(s, model_args=model_args), None
+        def step(s, _):
+            return sample_kernel(s, model_args=model_args), None
 
-    state, _ = jax.lax.scan(step, state, None, length=program.num_warmup)
+        state, _ = jax.lax.scan(step, state, None, length=program.num_warmup)
     if program.num_samples == 0:
         return {}, state
     get = attrgetter(*(COLLECTED + program.fields))
@@ -152,8 +164,9 @@ def run_chains(program: ChainProgram, bayes_model, data, aux: dict, starts, key)
         bayes_model: the model (or a :class:`models.arguments.ModelArgument` of it).
         data: the model's data argument. aux: arrays of the program (``"inverse_mass"``: a fixed
             metric (d,) or (d, d), ``"transform"``, ``"x0"``, ``"L"``), each optional.
-        starts: the chains' starts, each leaf with a leading chain axis (C, ...).
-        key: the run's key (split into one per chain where C > 1).
+        starts: the chains' starts, each leaf with a leading chain axis (C, ...): positions,
+            or a continued program's stored states (each carries its own key).
+        key: the run's key (split into one per chain where C > 1); None when ``continued``.
 
     Returns:
         ``(collected {field: (C, num_samples, ...)}, last states (C, ...))``; a warm-up only
@@ -161,7 +174,10 @@ def run_chains(program: ChainProgram, bayes_model, data, aux: dict, starts, key)
     """
     argument = model_argument(bayes_model)
     num_chains = int(jax.tree.leaves(starts)[0].shape[0])
-    keys = jax.random.split(key, num_chains) if num_chains > 1 else key[None]
+    if program.continued:
+        keys = [None] * num_chains
+    else:
+        keys = jax.random.split(key, num_chains) if num_chains > 1 else key[None]
     runs = [
         _chain(
             program,
@@ -174,6 +190,17 @@ def run_chains(program: ChainProgram, bayes_model, data, aux: dict, starts, key)
         for c in range(num_chains)
     ]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *runs)
+
+
+def state_template(program: ChainProgram, bayes_model, data, aux: dict, start, key):
+    """One chain's state under ``program``'s kernel options, as shapes and dtypes (traced, not
+    run): the structure into which :func:`inference._state.state_from_dataset` reads a stored
+    state. ``start``: one chain's position; ``key``: a key of the run's kind."""
+    fresh = program._replace(num_warmup=0, num_samples=0, continued=False)
+    return jax.eval_shape(
+        lambda a, d, x, s, k: _chain(fresh, a, d, x, s, k)[1],
+        model_argument(bayes_model), data, aux, start, key,
+    )
 
 
 @functools.partial(jax.jit, static_argnums=0)

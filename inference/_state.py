@@ -40,7 +40,8 @@ def state_to_dataset(state, *, kind: str) -> xr.Dataset:
 
 
 def state_from_dataset(ds: xr.Dataset, template, *, kind: str):
-    """Rebuild a state with the structure of ``template`` from :func:`state_to_dataset` output.
+    """Rebuild a state with the structure of ``template`` (arrays, or shapes and dtypes from
+    ``jax.eval_shape``) from :func:`state_to_dataset` output.
 
     Raises:
         ValueError: the stored state is of another kind or has another number of leaves.
@@ -63,5 +64,6 @@ def state_from_dataset(ds: xr.Dataset, template, *, kind: str):
         if i in key_leaves:
             restored.append(jax.random.wrap_key_data(jnp.asarray(arr), impl=key_leaves[i]))
         else:
-            restored.append(jnp.asarray(arr, dtype=np.asarray(leaf).dtype))
+            dtype = leaf.dtype if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+            restored.append(jnp.asarray(arr, dtype=dtype))
     return jax.tree.unflatten(treedef, restored)

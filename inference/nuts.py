@@ -1,9 +1,9 @@
 """NUTS (Hoffman & Gelman 2014) over a model's latent sites with NumPyro's NUTS kernel.
 
 Chains that run one after the other without a progress bar (the benchmark grid's) run as
-:mod:`inference._chains` programs, shared by every model of a structure; parallel chains,
-``extend`` and runs with a progress bar use NumPyro's ``MCMC``. Both give the same draws up to
-rounding.
+:mod:`inference._chains` programs, shared by every model of a structure, and so do their
+``extend``-ed continuations; parallel chains and runs with a progress bar use NumPyro's
+``MCMC``. Both give the same draws up to rounding.
 
 Chains run in parallel (``chain_method="parallel"``) when JAX sees at least as many devices as
 chains, else one after the other. On a CPU, JAX sees one device unless the host is split *before
@@ -27,7 +27,13 @@ from numpyro.infer import MCMC, NUTS
 from numpyro.infer.initialization import init_to_mean
 from numpyro.infer.util import constrain_fn, potential_energy, unconstrain_fn
 
-from inference._chains import ChainProgram, constrained_draws, layout_of, run_chains
+from inference._chains import (
+    ChainProgram,
+    constrained_draws,
+    layout_of,
+    run_chains,
+    state_template,
+)
 from inference._common import (
     base_attrs,
     check_same_fit,
@@ -352,6 +358,14 @@ def _flat_chains(init_params, num_chains):
     return jax.vmap(lambda p: ravel_pytree(p)[0])(chains), unravel
 
 
+def _stored_chains(previous: FitResult, program: ChainProgram, bayes_model, data, aux, start, key):
+    """The chains' last states stored with ``previous`` (C, ...), in the structure of one
+    chain's state under ``program`` (started at ``start``, one chain's position, with ``key``):
+    the starts of a ``continued`` program."""
+    template = state_template(program, bayes_model, data, aux, start, key)
+    return state_from_dataset(previous.idata["nuts_state"].to_dataset(), template, kind="nuts")
+
+
 def _run_mapped(
     bayes_model,
     data,
@@ -393,14 +407,12 @@ def _run_mapped(
             "dense_mass": True,
             "adapt_mass_matrix": False,
         }
-    if previous is None and not progress and (
-        settings["chain_method"] == "sequential" or num_chains == 1
-    ):
+    if not progress and (settings["chain_method"] == "sequential" or num_chains == 1):
         program = ChainProgram(
             "flat",
             _layout(init_params, num_chains),
             False,
-            num_warmup,
+            0 if previous is not None else num_warmup,
             num_samples,
             _kernel(
                 dense_mass=metric.get("dense_mass", False),
@@ -409,10 +421,14 @@ def _run_mapped(
                 adapt_mass=metric["adapt_mass_matrix"],
             ),
             EXTRA_FIELDS,
+            continued=previous is not None,
         )
         aux = {"transform": transform}
         if inverse_mass is not None:
             aux["inverse_mass"] = jnp.asarray(inverse_mass, starts.dtype)
+        if previous is not None:
+            starts = _stored_chains(previous, program, bayes_model, data, aux, starts[0], run_key)
+            run_key = None
         collected, last_state = run_chains(program, bayes_model, data, aux, starts, run_key)
         samples = constrained_draws(program, bayes_model, data, aux, collected["z"])
         samples = {k: np.asarray(v) for k, v in jax.block_until_ready(samples).items()}
@@ -630,11 +646,11 @@ def fit_nuts(
         settings["metric"] = old.get("metric", "adapt")
         settings["num_warmup"] = old["num_warmup"]
         previous = extend
-        if transform is not None:  # the chains' last draws: the coordinates' structure
-            last = extend.posterior_samples(group_by_chain=True)
-            init_params = _initial_params(
-                bayes_model, data, {k: last[k][0, -1] for k in latent}, latent, num_chains
-            )
+        # the chains' last draws: the coordinates' structure
+        last = extend.posterior_samples(group_by_chain=True)
+        init_params = _initial_params(
+            bayes_model, data, {k: last[k][0, -1] for k in latent}, latent, num_chains
+        )
     elif init is not None:
         init_params = _initial_params(bayes_model, data, init, latent, num_chains)
     elif hasattr(bayes_model, "start_sample"):
@@ -698,13 +714,13 @@ def fit_nuts(
             log_likelihood=log_likelihood, complete=complete,
         )
     sequential = chain_method == "sequential" or num_chains == 1
-    if previous is None and init_params is not None and sequential and not progress:
+    if init_params is not None and sequential and not progress:
         starts = _chain_axis(init_params, num_chains)
         program = ChainProgram(
             "sites",
             _layout(init_params, num_chains),
             False,
-            run_warmup,
+            0 if previous is not None else run_warmup,
             num_samples,
             _kernel(
                 dense_mass=settings["dense_mass"],
@@ -713,15 +729,23 @@ def fit_nuts(
                 adapt_mass=fixed_metric is None,
             ),
             EXTRA_FIELDS,
+            continued=previous is not None,
         )
         aux = {} if fixed_metric is None else {"inverse_mass": fixed_metric}
+        if previous is not None:
+            first = jax.tree.map(lambda x: x[0], starts)
+            starts = _stored_chains(previous, program, bayes_model, data, aux, first, k_run)
+            k_run = None
         collected, last_state = run_chains(program, bayes_model, data, aux, starts, k_run)
         samples = constrained_draws(program, bayes_model, data, aux, collected["z"])
-        samples = jax.block_until_ready(samples)
+        samples = {k: np.asarray(v) for k, v in jax.block_until_ready(samples).items()}
+        stats = _sample_stats(collected, settings["max_tree_depth"])
         wall_s = time.perf_counter() - t0
+        if previous is not None:
+            samples, stats, wall_s = _with_previous(previous, samples, stats, settings, wall_s)
         return _nuts_result(
-            bayes_model, observations, {k: np.asarray(samples[k]) for k in latent},
-            _sample_stats(collected, settings["max_tree_depth"]), last_state, settings, wall_s,
+            bayes_model, observations, {k: samples[k] for k in latent},
+            stats, last_state, settings, wall_s,
             seed=seed, summary=summary, key=k_pred, num_predictive=num_predictive,
             log_likelihood=log_likelihood, complete=complete,
         )

@@ -196,6 +196,30 @@ def test_nuts_chains_share_one_program_and_match_numpyro_mcmc(both_priors, metri
     np.testing.assert_allclose(sa["step_size"].values, sb["step_size"].values, rtol=1e-6)
     na, nb = (f.idata["nuts_state"] for f in (ours, numpyro_mcmc))
     assert sorted(na.data_vars) == sorted(nb.data_vars)  # the same state: `extend` continues it
+
+    def extend(previous, chain_method):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return fit_nuts(
+                bm, md, key=2, extend=previous, num_samples=10, num_chains=2,
+                chain_method=chain_method, progress=False, num_predictive=0,
+                log_likelihood=False, complete=False,
+            )
+
+    # the same stored chains continued by a continued program and by MCMC's post_warmup_state
+    longer, longer_mcmc = extend(ours, "sequential"), extend(ours, "parallel")
+    a = longer.posterior_samples(group_by_chain=True)
+    b = longer_mcmc.posterior_samples(group_by_chain=True)
+    for k in a:
+        assert a[k].shape[1] == 20
+        np.testing.assert_array_equal(a[k][:, :10], np.asarray(ours.posterior_samples(
+            group_by_chain=True)[k]))
+        np.testing.assert_allclose(np.asarray(a[k]), np.asarray(b[k]), rtol=1e-5, atol=1e-5)
+    sa, sb = (f.idata["sample_stats"] for f in (longer, longer_mcmc))
+    np.testing.assert_array_equal(sa["n_steps"].values, sb["n_steps"].values)
+    na, nb = (f.idata["nuts_state"] for f in (longer, longer_mcmc))
+    for leaf in na.data_vars:  # the last states too: counters, positions, adaptation, keys
+        np.testing.assert_allclose(na[leaf].values, nb[leaf].values, rtol=1e-5, atol=1e-5)
     traced = _chains._chain._cache_size()
     for other, other_md in both_priors[1:]:
         fit(other, other_md, "sequential")
