@@ -358,12 +358,47 @@ def _flat_chains(init_params, num_chains):
     return jax.vmap(lambda p: ravel_pytree(p)[0])(chains), unravel
 
 
-def _stored_chains(previous: FitResult, program: ChainProgram, bayes_model, data, aux, start, key):
-    """The chains' last states stored with ``previous`` (C, ...), in the structure of one
-    chain's state under ``program`` (started at ``start``, one chain's position, with ``key``):
-    the starts of a ``continued`` program."""
-    template = state_template(program, bayes_model, data, aux, start, key)
-    return state_from_dataset(previous.idata["nuts_state"].to_dataset(), template, kind="nuts")
+def _run_program(
+    coordinates: str,
+    bayes_model,
+    data,
+    aux: dict,
+    init_params,
+    starts,
+    key,
+    *,
+    num_warmup: int,
+    num_samples: int,
+    num_chains: int,
+    kernel: tuple,
+    max_tree_depth: int,
+    previous: FitResult | None,
+):
+    """Sequential chains as one shared :mod:`inference._chains` program each, from ``starts``
+    (C, ...) in ``coordinates`` (``"sites"`` or ``"flat"``); with ``previous``, its stored
+    chains continued instead (a ``continued`` program, no warm-up). Returns ``(samples
+    {site: (C, D, ...)} constrained, sample stats, last state)``."""
+    program = ChainProgram(
+        coordinates,
+        _layout(init_params, num_chains),
+        False,
+        0 if previous is not None else num_warmup,
+        num_samples,
+        kernel,
+        EXTRA_FIELDS,
+        continued=previous is not None,
+    )
+    if previous is not None:  # the stored states, in the structure of one chain's state
+        first = jax.tree.map(lambda x: x[0], starts)
+        template = state_template(program, bayes_model, data, aux, first, key)
+        starts = state_from_dataset(
+            previous.idata["nuts_state"].to_dataset(), template, kind="nuts"
+        )
+        key = None
+    collected, last_state = run_chains(program, bayes_model, data, aux, starts, key)
+    samples = constrained_draws(program, bayes_model, data, aux, collected["z"])
+    samples = {k: np.asarray(v) for k, v in jax.block_until_ready(samples).items()}
+    return samples, _sample_stats(collected, max_tree_depth), last_state
 
 
 def _run_mapped(
@@ -408,31 +443,20 @@ def _run_mapped(
             "adapt_mass_matrix": False,
         }
     if not progress and (settings["chain_method"] == "sequential" or num_chains == 1):
-        program = ChainProgram(
-            "flat",
-            _layout(init_params, num_chains),
-            False,
-            0 if previous is not None else num_warmup,
-            num_samples,
-            _kernel(
-                dense_mass=metric.get("dense_mass", False),
-                target_accept=settings["target_accept"],
-                max_tree_depth=settings["max_tree_depth"],
-                adapt_mass=metric["adapt_mass_matrix"],
-            ),
-            EXTRA_FIELDS,
-            continued=previous is not None,
-        )
         aux = {"transform": transform}
         if inverse_mass is not None:
             aux["inverse_mass"] = jnp.asarray(inverse_mass, starts.dtype)
-        if previous is not None:
-            starts = _stored_chains(previous, program, bayes_model, data, aux, starts[0], run_key)
-            run_key = None
-        collected, last_state = run_chains(program, bayes_model, data, aux, starts, run_key)
-        samples = constrained_draws(program, bayes_model, data, aux, collected["z"])
-        samples = {k: np.asarray(v) for k, v in jax.block_until_ready(samples).items()}
-        return samples, _sample_stats(collected, settings["max_tree_depth"]), last_state
+        kernel = _kernel(
+            dense_mass=metric.get("dense_mass", False),
+            target_accept=settings["target_accept"],
+            max_tree_depth=settings["max_tree_depth"],
+            adapt_mass=metric["adapt_mass_matrix"],
+        )
+        return _run_program(
+            "flat", bayes_model, data, aux, init_params, starts, run_key,
+            num_warmup=num_warmup, num_samples=num_samples, num_chains=num_chains,
+            kernel=kernel, max_tree_depth=settings["max_tree_depth"], previous=previous,
+        )
     kernel = NUTS(
         potential_fn=potential,
         **metric,
@@ -715,31 +739,19 @@ def fit_nuts(
         )
     sequential = chain_method == "sequential" or num_chains == 1
     if init_params is not None and sequential and not progress:
-        starts = _chain_axis(init_params, num_chains)
-        program = ChainProgram(
-            "sites",
-            _layout(init_params, num_chains),
-            False,
-            0 if previous is not None else run_warmup,
-            num_samples,
-            _kernel(
-                dense_mass=settings["dense_mass"],
-                target_accept=settings["target_accept"],
-                max_tree_depth=settings["max_tree_depth"],
-                adapt_mass=fixed_metric is None,
-            ),
-            EXTRA_FIELDS,
-            continued=previous is not None,
+        kernel = _kernel(
+            dense_mass=settings["dense_mass"],
+            target_accept=settings["target_accept"],
+            max_tree_depth=settings["max_tree_depth"],
+            adapt_mass=fixed_metric is None,
         )
-        aux = {} if fixed_metric is None else {"inverse_mass": fixed_metric}
-        if previous is not None:
-            first = jax.tree.map(lambda x: x[0], starts)
-            starts = _stored_chains(previous, program, bayes_model, data, aux, first, k_run)
-            k_run = None
-        collected, last_state = run_chains(program, bayes_model, data, aux, starts, k_run)
-        samples = constrained_draws(program, bayes_model, data, aux, collected["z"])
-        samples = {k: np.asarray(v) for k, v in jax.block_until_ready(samples).items()}
-        stats = _sample_stats(collected, settings["max_tree_depth"])
+        samples, stats, last_state = _run_program(
+            "sites", bayes_model, data,
+            {} if fixed_metric is None else {"inverse_mass": fixed_metric},
+            init_params, _chain_axis(init_params, num_chains), k_run,
+            num_warmup=run_warmup, num_samples=num_samples, num_chains=num_chains,
+            kernel=kernel, max_tree_depth=settings["max_tree_depth"], previous=previous,
+        )
         wall_s = time.perf_counter() - t0
         if previous is not None:
             samples, stats, wall_s = _with_previous(previous, samples, stats, settings, wall_s)
