@@ -51,10 +51,15 @@ def accel_nmse(pred, qdd) -> np.ndarray:
             the draws that are finite everywhere (NaN if none is).
         qdd: (N, n) observed accelerations.
     """
-    pred, qdd = np.asarray(pred, dtype=float), np.asarray(qdd, dtype=float)
+    qdd = np.asarray(qdd, dtype=float)
+    return np.mean((_finite_mean(pred) - qdd) ** 2, axis=0) / np.maximum(np.var(qdd, axis=0), 1e-12)
+
+
+def _finite_mean(pred) -> np.ndarray:
+    """(N, n) mean of the (D, N, n) predictions over the draws finite everywhere (NaN if none)."""
+    pred = np.asarray(pred, dtype=float)
     finite = finite_draws(pred)
-    mean = pred[finite].mean(axis=0) if finite.any() else np.full(qdd.shape, np.nan)
-    return np.mean((mean - qdd) ** 2, axis=0) / np.maximum(np.var(qdd, axis=0), 1e-12)
+    return pred[finite].mean(axis=0) if finite.any() else np.full(pred.shape[1:], np.nan)
 
 
 def heldout_ppc(
@@ -76,15 +81,17 @@ def heldout_ppc(
     over-covers the bulk, ``noise="student-t"`` fits).
 
     With ``support`` (an :class:`analysis.support.TrainingSupport` of the fit's training data)
-    also the fraction of held-out states outside it, and the coverage per joint of the states
-    inside and outside it (``None`` where there are none): a network's band is only as good as
-    the training states around the point it predicts.
+    also the fraction of held-out states outside it, and per joint the coverage and the NMSE of
+    the states inside and outside it (``None`` where there are none; the NMSE's denominator is
+    the variance over all held-out states, so ``nmse`` is the two parts' average weighted by
+    their shares): a network predicts only as well as the training states around the point.
     """
     draws = thin_draws(result.posterior_samples(), max_draws)
     pred = heldout_predictions(bayes_model, draws, dataset)
     qdd = np.asarray(dataset.arrays()[2])
     nmse = accel_nmse(pred, qdd)
-    resid = qdd - np.nanmean(np.asarray(pred), axis=0)
+    resid = qdd - _finite_mean(pred)
+    sq_error = resid**2 / np.maximum(np.var(qdd, axis=0), 1e-12)
     centred = resid - resid.mean(axis=0)
     kurtosis = np.mean(centred**4, axis=0) / np.mean(centred**2, axis=0) ** 2 - 3.0
     observed = tuple(getattr(getattr(bayes_model, "likelihood", None), "noise_keys", ()))
@@ -126,6 +133,8 @@ def heldout_ppc(
         for name, mask in (("inside", near), ("outside", ~near)):
             cover = inside[mask].mean(axis=0).tolist() if mask.any() else None
             out[f"coverage_{name}_support_per_joint"] = cover
+            part = sq_error[mask].mean(axis=0).tolist() if mask.any() else None
+            out[f"nmse_{name}_support_per_joint"] = part
     return out
 
 

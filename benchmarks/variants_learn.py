@@ -1,8 +1,9 @@
 """Do the network and weak-prior variants learn? Held-out accelerations per variant (issue 11).
 
 For each system and dataset kind: make ``--duration`` s of data in ``--episode-duration`` s
-episodes, split by whole episodes (70/15/15 %), derive the network/noise normalisers from the
-training split (``models.data_scales``, stored in the model spec) and fit each variant with
+episodes, split by whole episodes (70/15/15 %; shuffled, or with ``--split envelope`` the
+episodes that reach the largest speed of a joint or effort train), derive the network/noise
+normalisers from the training split (``models.data_scales``, stored in the model spec) and fit each variant with
 ``fit_svi`` at its defaults (prior-draw starts with restarts where the model has networks or
 learned placements; the ``"auto"`` guide: a MAP for white-box models, an ensemble of MAPs from
 4 prior draws for network models, each member stopping early on the validation episodes, whose
@@ -189,7 +190,7 @@ def dataset_for(system: str, kind: str, args, workdir: str):
         user_urdf = scale_inertials(bn.to_urdf(true_robot), mass=1.4, inertia=0.65)
         robot = bn.load_urdf(user_urdf)
         ds = import_log(path, robot, system=system)
-        train, valid, test = ds.split(seed=args.seed)
+        train, valid, test = ds.split(seed=args.seed, envelope=args.split == "envelope")
         per_episode = clean.reshape(len(ds.episodes), -1, robot.n)
         clean_test = np.concatenate([per_episode[i] for i in test.settings["split"]["episodes"]])
         return train, valid, test, robot, clean_test, np.asarray(true_robot.nominal[0])
@@ -197,7 +198,7 @@ def dataset_for(system: str, kind: str, args, workdir: str):
         system, kind, seed=args.seed, duration=args.duration,
         episode_duration=args.episode_duration,
     )
-    train, valid, test = ds.split(seed=args.seed)
+    train, valid, test = ds.split(seed=args.seed, envelope=args.split == "envelope")
     robot = ds.robot()
     q, qd, _, tau = (jnp.asarray(x) for x in test.arrays())
     clean = np.asarray(jax.jit(jax.vmap(test.true_dynamics(robot)))(q, qd, tau))
@@ -296,6 +297,13 @@ def main(argv=None) -> int:
     p.add_argument("--variants", nargs="+", default=None, help="default: per kind (VARIANTS)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--split",
+        choices=("random", "envelope"),
+        default="random",
+        help="episodes into training/validation/test: shuffled (default), or the episodes with "
+        "the largest speed of a joint or effort to training first (Dataset.split(envelope=True))",
+    )
+    p.add_argument(
         "--extra-test",
         type=float,
         default=30.0,
@@ -345,7 +353,7 @@ def main(argv=None) -> int:
         "| variant | NMSE recorded | NMSE noise-free | base err | replays out | converged | "
         "grad rms/sqrt(N) | restarts spread | kept steps | s | guide | 90 % band width | "
         "coverage | coverage, more episodes: mean [min-max] | held-out outside support "
-        "(coverage inside / outside) |"
+        "(coverage inside / outside; NMSE inside / outside) |"
     )
     with tempfile.TemporaryDirectory() as workdir:
         for system in args.systems:
@@ -410,11 +418,10 @@ def main(argv=None) -> int:
                         ppc = heldout_ppc(model, fit, test, support=support)
                         band, cover = fmt(ppc["width_per_joint"]), fmt(ppc["coverage_per_joint"])
                         sides = (
-                            "-" if c is None else fmt(c)
-                            for c in (
-                                ppc["coverage_inside_support_per_joint"],
-                                ppc["coverage_outside_support_per_joint"],
-                            )
+                            "-" if ppc[f"{what}_{side}_support_per_joint"] is None
+                            else fmt(ppc[f"{what}_{side}_support_per_joint"])
+                            for what in ("coverage", "nmse")
+                            for side in ("inside", "outside")
                         )
                         outside = f"{ppc['outside_support']:.3f} ({'; '.join(sides)})"
                         if extra is not None:

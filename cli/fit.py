@@ -64,7 +64,8 @@ def add_arguments(parser) -> None:
         "--validation",
         default="auto",
         help="SVI: fraction of the dataset's episodes held out for early stopping (the fit keeps "
-        "the point where their likelihood is best; at least one episode); 0 turns it off; auto "
+        "the point where their likelihood is best; at least one episode; never the episodes with "
+        "the largest speed of a joint or effort, which train); 0 turns it off; auto "
         "(default): 0.15 for variants with networks when the data have >= 3 episodes, else 0",
     )
     parser.add_argument(
@@ -197,10 +198,13 @@ def run(args) -> int:
         if validation is None and auto:
             validation = 0.15
         if validation:
-            fit_data, held_out = dataset.split((1.0 - validation, validation), seed=args.seed)
+            fit_data, held_out = dataset.split(
+                (1.0 - validation, validation), seed=args.seed, envelope=True
+            )
             print(
                 f"early stopping on {len(held_out.episodes)} of {len(dataset.episodes)} episodes "
-                f"held out ({held_out.arrays()[0].shape[0]} samples; --validation 0 turns it off)"
+                f"held out ({held_out.arrays()[0].shape[0]} samples; the episodes with the largest "
+                "speeds and efforts train; --validation 0 turns it off)"
             )
             if networks:  # early stopping and the band's calibration judge these episodes
                 from analysis.support import DEFAULT_QUANTILE, training_support

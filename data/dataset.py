@@ -371,11 +371,19 @@ class Dataset:
         return dataclasses.replace(self, **changes)
 
     def split(
-        self, fractions: tuple[float, ...] = (0.7, 0.15, 0.15), *, seed: int
+        self,
+        fractions: tuple[float, ...] = (0.7, 0.15, 0.15),
+        *,
+        seed: int,
+        envelope: bool = False,
     ) -> tuple[Dataset, ...]:
         """Datasets made of whole episodes, shuffled with ``seed``, in the given fractions.
 
-        Each non-zero fraction gets at least one episode.
+        Each non-zero fraction gets at least one episode. With ``envelope=True`` the first part
+        (the training part) first takes the episodes of :meth:`envelope_episodes`, those that
+        reach the largest speed of some joint or the largest effort of some actuated joint, and
+        the rest are shuffled as before: the later parts then lie within the speeds and efforts
+        the first part spans, so that their error measures interpolation, not extrapolation.
 
         Raises:
             ValueError: fractions not non-negative summing to 1, or too few episodes.
@@ -401,6 +409,9 @@ class Dataset:
                 sizes[order[k % f.size]] += 1
             k += 1
         perm = np.random.default_rng(seed).permutation(count)
+        if envelope and f[0] > 0:
+            first = list(self.envelope_episodes())[: sizes[0]]
+            perm = np.concatenate([first, [i for i in perm if i not in first]]).astype(int)
         bounds = np.concatenate([[0], np.cumsum(sizes)])
         parts = []
         for i in range(f.size):
@@ -408,14 +419,26 @@ class Dataset:
             if idx.size == 0:
                 parts.append(None)
                 continue
-            settings = dict(
-                self.settings,
-                split={"fractions": list(f), "seed": seed, "part": i, "episodes": idx.tolist()},
-            )
+            split = {"fractions": list(f), "seed": seed, "part": i, "episodes": idx.tolist()}
+            if envelope:
+                split["envelope"] = True
+            settings = dict(self.settings, split=split)
             parts.append(
                 self.replace(episodes=tuple(self.episodes[j] for j in idx), settings=settings)
             )
         return tuple(parts)
+
+    def envelope_episodes(self) -> tuple[int, ...]:
+        """Indices of the episodes that set the recording's envelope: for each joint the episode
+        with the largest ``|qd|``, then for each joint whose effort is not identically 0 the one
+        with the largest ``|tau|``; without repeats, in that order."""
+        order: list[int] = []
+        for name in ("qd", "tau"):
+            peaks = np.stack([np.max(np.abs(getattr(ep, name)), axis=0) for ep in self.episodes])
+            for j in range(self.n):
+                if peaks[:, j].max() > 0 and int(np.argmax(peaks[:, j])) not in order:
+                    order.append(int(np.argmax(peaks[:, j])))
+        return tuple(order)
 
     def robot(self) -> bn.Robot:
         """The data's :class:`bayes_nea.Robot`: the stored ``robot_description`` (never swapped for

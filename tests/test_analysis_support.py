@@ -119,10 +119,21 @@ def test_heldout_band_split_by_support():
     total = (1 - expected_out) * cov_in + expected_out * cov_out
     np.testing.assert_allclose(total, ppc["coverage_per_joint"], rtol=1e-12)
     assert np.all(np.abs(cov_in - 0.9) < 4 * np.sqrt(0.09 / 190))
+    # the NMSE split the same way: squared errors of the mean over the whole set's variance
+    near_mask = np.asarray(support.inside(q, qd, tau))
+    sq = (np.asarray(mean) - np.asarray(qdd)) ** 2 / np.var(np.asarray(qdd), axis=0)
+    np.testing.assert_allclose(ppc["nmse_inside_support_per_joint"], sq[near_mask].mean(0))
+    np.testing.assert_allclose(ppc["nmse_outside_support_per_joint"], sq[~near_mask].mean(0))
+    nmse_in, nmse_out = (
+        np.asarray(ppc[f"nmse_{side}_support_per_joint"]) for side in ("inside", "outside")
+    )
+    total = (1 - expected_out) * nmse_in + expected_out * nmse_out
+    np.testing.assert_allclose(total, ppc["nmse"], rtol=1e-10)
     # the training states themselves: nothing outside, no coverage to report there
     ppc = heldout_ppc(model, Draws(), train, max_draws=50, support=support)
     assert ppc["outside_support"] == 0.0
     assert ppc["coverage_outside_support_per_joint"] is None
+    assert ppc["nmse_outside_support_per_joint"] is None
 
 
 @pytest.mark.standard_promotion  # runs NumPyro's SVI (tests/conftest.py)

@@ -262,6 +262,36 @@ def test_split_by_whole_episodes(trajectories):
         test.split((0.5, 0.5), seed=0)
 
 
+def test_envelope_split_trains_on_the_extreme_episodes(trajectories):
+    ds, _ = trajectories
+    base = ds.episodes[0]
+    assert np.all(base.tau[:, 1] == 0.0)  # the pole is not actuated: its effort sets no envelope
+
+    def scaled(qd0=1.0, qd1=1.0, tau=1.0):
+        return base._replace(qd=base.qd * [qd0, qd1], tau=base.tau * tau)
+
+    episodes = [scaled() for _ in range(10)]
+    episodes[7] = scaled(qd0=1.3)
+    episodes[3] = scaled(qd1=1.2)
+    episodes[5] = scaled(tau=1.1)
+    ds = ds.replace(episodes=tuple(episodes))
+    assert ds.envelope_episodes() == (7, 3, 5)
+    for seed in range(20):
+        train, val, test = ds.split(seed=seed, envelope=True)
+        assert {3, 5, 7} <= set(train.settings["split"]["episodes"])
+        assert train.settings["split"]["envelope"] is True
+        # the other episodes keep the shuffle's order
+        shuffled = [i for i in np.random.default_rng(seed).permutation(10) if i not in (3, 5, 7)]
+        rest = sorted(shuffled[4:6]), sorted(shuffled[6:])  # parts of 7, 2 and 1 episodes
+        assert (val.settings["split"]["episodes"], test.settings["split"]["episodes"]) == rest
+    # a training part smaller than the envelope takes its first episodes
+    first, _ = ds.split((0.1, 0.9), seed=0, envelope=True)
+    assert first.settings["split"]["episodes"] == [7]
+    # without the envelope the extreme episodes land anywhere
+    held = [set(p.settings["split"]["episodes"]) for s in range(20) for p in ds.split(seed=s)[1:]]
+    assert any(h & {3, 5, 7} for h in held)
+
+
 @pytest.mark.parametrize("kind", ["uniform", "trajectories"])
 def test_short_datasets_still_split(kind):
     ds = data.generate_dataset("cartpole", kind, seed=0, duration=2.0)
