@@ -3,9 +3,9 @@
 For each system and dataset kind: make ``--duration`` s of data in ``--episode-duration`` s
 episodes, split by whole episodes (70/15/15 %; shuffled, or with ``--split envelope`` the
 episodes that reach the largest speed of a joint or effort train), derive the network/noise
-normalisers from the training split (``models.data_scales``, stored in the model spec) and fit each variant with
-``fit_svi`` at its defaults (prior-draw starts with restarts where the model has networks or
-learned placements; the ``"auto"`` guide: a MAP for white-box models, an ensemble of MAPs from
+normalisers from the training split (``models.data_scales``, stored in the model spec) and fit
+each variant with ``fit_svi`` at its defaults (prior-draw starts with restarts where the model
+has networks or learned placements; the ``"auto"`` guide: a MAP for white-box models, an ensemble of MAPs from
 4 prior draws for network models, each member stopping early on the validation episodes, whose
 noise scales are then calibrated on them, ``fit_svi(validation=...)``, unless
 ``--no-early-stopping``). The
