@@ -1,16 +1,16 @@
 """Do the network and weak-prior variants learn? Held-out accelerations per variant (issue 11).
 
 For each system and dataset kind: make ``--duration`` s of data in ``--episode-duration`` s
-episodes, split by whole episodes (70/15/15 %; shuffled, or with ``--split envelope`` the
-episodes that reach the largest speed of a joint or effort train), derive the network/noise
-normalisers from the training split (``models.data_scales``, stored in the model spec) and fit
-each variant with ``fit_svi`` at its defaults (prior-draw starts with restarts where the model
-has networks or learned placements; the ``"auto"`` guide: a MAP for white-box models, an
-ensemble of MAPs from 4 prior draws for network models, each member stopping early on the
-validation episodes, whose noise scales are then calibrated on them,
-``fit_svi(validation=...)``, unless ``--no-early-stopping``). The held-out (test) episodes are
-seen by no fit. White-box variants with a base-parameter geometry (``models.identifiable``) are
-fitted in it with a polished MAP, the library's path to NUTS (``--white-box-geometry whitened``: in the virtual parameters). One table row per variant:
+episodes, split by whole episodes (70/15/15 %; shuffled, or with ``--split envelope`` the episodes
+that reach the largest speed of a joint or effort train), derive the network/noise normalisers from
+the training split (``models.data_scales``, stored in the model spec) and fit each variant with
+``fit_svi`` at its defaults (prior-draw starts with restarts where the model has networks or learned
+placements; the ``"auto"`` guide: a MAP for white-box models, an ensemble of MAPs from 4 prior draws
+for network models, each member stopping early on the validation episodes, whose noise scales are
+then calibrated on them, ``fit_svi(validation=...)``, unless ``--no-early-stopping``). The held-out
+(test) episodes are seen by no fit. White-box variants with a base-parameter geometry
+(``models.identifiable``) are fitted in it with a polished MAP, the library's path to NUTS
+(``--white-box-geometry whitened``: in the virtual parameters). One table row per variant:
 
 - held-out acceleration NMSE per joint of the posterior-mean prediction, against the recorded
   accelerations and against the true system's noise-free accelerations at the recorded inputs
