@@ -195,6 +195,9 @@ def test_fit_of_a_network_variant_stops_early_on_held_out_episodes(tmp_path, cap
     assert "early stopping on 1 of 4 episodes held out" in printed
     assert re.search(r"\d+% of the held-out states lie outside the training states' support", printed)
     result = load_result(out)
+    split = result.attrs["dataset"]["settings"]["split"]  # the episodes the fit trained on
+    assert split["envelope"] and len(split["episodes"]) == 3
+    assert set(ds.envelope_episodes()) <= set(split["episodes"])  # the fastest episodes train
     (stage,) = result.attrs["early_stopping"]
     assert stage["stage"] == "ensemble" and len(stage["best_step"]) == 4  # one per member
     assert all(step in stage["steps"] for step in stage["best_step"])
