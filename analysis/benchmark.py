@@ -142,9 +142,9 @@ SETTINGS = {
         controller_seconds=0.0,
     ),
     # float32 members: a warm dataset seed (156 cells) on 2 cores took 21.6-25.8 min on the
-    # machine of 2026-12-02 evening and 47.9-53.6 min on the slower ones before, against 35 min
-    # for the cart-pole half alone with float64 members; on the noisy sets held-out NMSE and
-    # rollout errors agree to a median ratio of 1.000 (docs/measurements.md)
+    # machine of 2026-12-02 evening and 47.9-53.6 min on the slower ones before (where the
+    # cart-pole half alone took 35 min with float64 members); on the noisy sets held-out NMSE
+    # and rollout errors agree to a median ratio of 1.000 (docs/measurements.md)
     "quick": BenchmarkSettings(name="quick", seeds=(0, 1, 2), ensemble_dtype="float32"),
     "full": BenchmarkSettings(
         name="full",

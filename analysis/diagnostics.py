@@ -51,8 +51,7 @@ def accel_nmse(pred, qdd) -> np.ndarray:
             the draws that are finite everywhere (NaN if none is).
         qdd: (N, n) observed accelerations.
     """
-    qdd = np.asarray(qdd, dtype=float)
-    return np.mean((_finite_mean(pred) - qdd) ** 2, axis=0) / np.maximum(np.var(qdd, axis=0), 1e-12)
+    return _normalised_sq_error(_finite_mean(pred), qdd).mean(axis=0)
 
 
 def _finite_mean(pred) -> np.ndarray:
@@ -60,6 +59,13 @@ def _finite_mean(pred) -> np.ndarray:
     pred = np.asarray(pred, dtype=float)
     finite = finite_draws(pred)
     return pred[finite].mean(axis=0) if finite.any() else np.full(pred.shape[1:], np.nan)
+
+
+def _normalised_sq_error(mean, qdd) -> np.ndarray:
+    """(N, n) squared errors of ``mean`` against ``qdd``, each joint's over the variance of its
+    ``qdd``: their mean over the rows is the NMSE."""
+    qdd = np.asarray(qdd, dtype=float)
+    return (np.asarray(mean) - qdd) ** 2 / np.maximum(np.var(qdd, axis=0), 1e-12)
 
 
 def heldout_ppc(
@@ -89,9 +95,10 @@ def heldout_ppc(
     draws = thin_draws(result.posterior_samples(), max_draws)
     pred = heldout_predictions(bayes_model, draws, dataset)
     qdd = np.asarray(dataset.arrays()[2])
-    nmse = accel_nmse(pred, qdd)
-    resid = qdd - _finite_mean(pred)
-    sq_error = resid**2 / np.maximum(np.var(qdd, axis=0), 1e-12)
+    mean = _finite_mean(pred)
+    sq_error = _normalised_sq_error(mean, qdd)
+    nmse = sq_error.mean(axis=0)  # accel_nmse
+    resid = qdd - mean
     centred = resid - resid.mean(axis=0)
     kurtosis = np.mean(centred**4, axis=0) / np.mean(centred**2, axis=0) ** 2 - 3.0
     observed = tuple(getattr(getattr(bayes_model, "likelihood", None), "noise_keys", ()))

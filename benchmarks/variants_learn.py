@@ -416,12 +416,12 @@ def main(argv=None) -> int:
                     if not guide.startswith("delta"):
                         ppc = heldout_ppc(model, fit, test, support=support)
                         band, cover = fmt(ppc["width_per_joint"]), fmt(ppc["coverage_per_joint"])
-                        sides = (
-                            "-" if ppc[f"{what}_{side}_support_per_joint"] is None
-                            else fmt(ppc[f"{what}_{side}_support_per_joint"])
+                        parts = (
+                            ppc[f"{what}_{side}_support_per_joint"]
                             for what in ("coverage", "nmse")
                             for side in ("inside", "outside")
                         )
+                        sides = ("-" if part is None else fmt(part) for part in parts)
                         outside = f"{ppc['outside_support']:.3f} ({'; '.join(sides)})"
                         if extra is not None:
                             more = f"{len(extra.episodes)}: {episode_coverage(model, fit, extra)}"

@@ -420,7 +420,7 @@ class Dataset:
                 parts.append(None)
                 continue
             split = {"fractions": list(f), "seed": seed, "part": i, "episodes": idx.tolist()}
-            if envelope:
+            if envelope:  # only then: a random split's settings stay as they were
                 split["envelope"] = True
             settings = dict(self.settings, split=split)
             parts.append(
@@ -436,8 +436,9 @@ class Dataset:
         for name in ("qd", "tau"):
             peaks = np.stack([np.max(np.abs(getattr(ep, name)), axis=0) for ep in self.episodes])
             for j in range(self.n):
-                if peaks[:, j].max() > 0 and int(np.argmax(peaks[:, j])) not in order:
-                    order.append(int(np.argmax(peaks[:, j])))
+                top = int(np.argmax(peaks[:, j]))
+                if peaks[top, j] > 0 and top not in order:
+                    order.append(top)
         return tuple(order)
 
     def robot(self) -> bn.Robot:
